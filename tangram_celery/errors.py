@@ -1,0 +1,63 @@
+"""The single exception tree of tangram-celery.
+
+Every error the project raises derives from :class:`TangramError`. Messages name what is wrong and
+what to do next, so a training script can log them as they are.
+"""
+
+from __future__ import annotations
+
+
+class TangramError(Exception):
+    """Base class of every error raised by tangram-celery."""
+
+
+class ConfigError(TangramError):
+    """A setting is missing or malformed; the message names the ``TANGRAM_`` variable."""
+
+
+class ValidationError(TangramError, ValueError):
+    """An action (or another input) is invalid.
+
+    ``field`` is the dotted path of the offending field and ``reason`` says why, so callers can
+    report it without parsing the message.
+    """
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"invalid action: {field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+class SerializationError(ValidationError):
+    """A message is not JSON, or uses a serializer other than JSON (pickle is never accepted)."""
+
+
+class RoutingError(TangramError):
+    """No queue can take an action: no live node has room, or its pool is not configured."""
+
+
+class NoCapacityError(RoutingError):
+    """No live CPU node has enough memory for the trajectory; start a node or lower its memory."""
+
+
+class SandboxError(TangramError):
+    """The sandbox backend could not run an action (setup failed, bad spec, backend missing)."""
+
+
+class SandboxSpecError(SandboxError, ValidationError):
+    """An exec spec is malformed (for example a file path that leaves the work dir)."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        ValidationError.__init__(self, field, reason)
+
+
+class ServiceError(TangramError):
+    """A service the project needs (Redis, Triton, dockerd) is missing or did not answer."""
+
+
+class ActionTimeout(TangramError, TimeoutError):
+    """A client waited longer than its timeout for an action's result; the action may still run."""
+
+
+class ActionFailed(TangramError):
+    """The worker could not execute an action (not the same as a non-zero exit of its command)."""

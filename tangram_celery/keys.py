@@ -1,0 +1,80 @@
+"""Every queue name and Redis key of tangram-celery, in one place.
+
+Functions take already-validated identifiers (see :mod:`tangram_celery.action`).
+"""
+
+from __future__ import annotations
+
+PREFIX = "tangram"
+
+# Celery task names, one per action kind so Flower shows readable names.
+TASK_PREFIX = "tangram.action."
+ACTION_KINDS = ("exec", "test_run", "reward", "api")
+
+
+def task_name(kind: str) -> str:
+    """The Celery task name that runs actions of ``kind``."""
+    return f"{TASK_PREFIX}{kind}"
+
+
+def cpu_queue(node: str) -> str:
+    """The FCFS queue of one CPU node."""
+    return f"{PREFIX}.cpu.{node}"
+
+
+def gpu_queue(pool: str) -> str:
+    """The FCFS queue of one GPU reward pool."""
+    return f"{PREFIX}.gpu.{pool}"
+
+
+def api_queue(api: str) -> str:
+    """The FCFS queue of the basic (quota-limited) pool of one API."""
+    return f"{PREFIX}.api.{api}"
+
+
+def control_queue() -> str:
+    """The queue of housekeeping tasks (trajectory end, reaping)."""
+    return f"{PREFIX}.control"
+
+
+NODES = f"{PREFIX}:nodes"
+
+
+def node(name: str) -> str:
+    """Hash describing a live CPU node: cores, memory, free cores, reserved memory, heartbeat."""
+    return f"{PREFIX}:node:{name}"
+
+
+def trajectory_pin(trajectory_id: str) -> str:
+    """String: the CPU node a trajectory is pinned to."""
+    return f"{PREFIX}:traj:{trajectory_id}:node"
+
+
+def trajectory_memory(trajectory_id: str) -> str:
+    """String: the memory (MB) a trajectory reserved on its node."""
+    return f"{PREFIX}:traj:{trajectory_id}:mem"
+
+
+def node_trajectories(name: str) -> str:
+    """Set of the trajectories pinned to a node."""
+    return f"{PREFIX}:node:{name}:trajectories"
+
+
+def action_result(action_id: str) -> str:
+    """String: the stored result of an action (idempotency record)."""
+    return f"{PREFIX}:result:{action_id}"
+
+
+def durations(signature: str) -> str:
+    """Online duration model state of one action signature."""
+    return f"{PREFIX}:durations:{signature}"
+
+
+def api_tokens(api: str) -> str:
+    """Token bucket state of one API (basic manager)."""
+    return f"{PREFIX}:api:{api}:bucket"
+
+
+def api_leases(api: str) -> str:
+    """Sorted set of concurrency leases of one API, scored by expiry time (basic manager)."""
+    return f"{PREFIX}:api:{api}:leases"

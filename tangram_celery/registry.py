@@ -1,0 +1,136 @@
+"""Redis-side state shared by clients and workers: live CPU nodes and trajectory pins.
+
+Every client and worker sees the same pins, so a trajectory's actions always reach the node that
+holds its environment.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import redis
+
+from tangram_celery import keys
+from tangram_celery.router import NodeView, choose_node
+
+PIN_SCRIPT = """
+local current = redis.call('GET', KEYS[1])
+if current then
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+  return current
+end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[3])
+redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3])
+redis.call('HINCRBYFLOAT', KEYS[3], 'reserved_mb', ARGV[2])
+redis.call('SADD', KEYS[4], ARGV[4])
+return ARGV[1]
+"""
+
+UNPIN_SCRIPT = """
+local node = redis.call('GET', KEYS[1])
+if not node then return false end
+local mem = redis.call('GET', KEYS[2]) or '0'
+redis.call('DEL', KEYS[1], KEYS[2])
+local node_key = ARGV[1] .. node
+if redis.call('EXISTS', node_key) == 1 then
+  redis.call('HINCRBYFLOAT', node_key, 'reserved_mb', -tonumber(mem))
+end
+redis.call('SREM', node_key .. ':trajectories', ARGV[2])
+return node
+"""
+
+
+class Registry:
+    """Node registration, heartbeats and trajectory pinning over one Redis connection."""
+
+    def __init__(self, client: redis.Redis, node_ttl_s: float, trajectory_ttl_s: int) -> None:
+        self._redis = client
+        self._node_ttl_s = node_ttl_s
+        self._trajectory_ttl_s = trajectory_ttl_s
+        self._pin = client.register_script(PIN_SCRIPT)
+        self._unpin = client.register_script(UNPIN_SCRIPT)
+
+    def register_node(self, name: str, cores: int, memory_mb: float) -> None:
+        """Announce a CPU node (or refresh it after a restart, keeping its reservations)."""
+        key = keys.node(name)
+        pipe = self._redis.pipeline()
+        pipe.hset(key, mapping={"cores": cores, "memory_mb": memory_mb, "free_cores": cores})
+        pipe.hsetnx(key, "reserved_mb", 0)
+        pipe.hset(key, "heartbeat", time.time())
+        pipe.sadd(keys.NODES, name)
+        pipe.execute()
+
+    def heartbeat(self, name: str, free_cores: int) -> None:
+        """Mark a node alive now, with its current free cores."""
+        beat = {"heartbeat": time.time(), "free_cores": free_cores}
+        self._redis.hset(keys.node(name), mapping=beat)
+
+    def deregister_node(self, name: str) -> None:
+        """Mark a node gone: clients stop routing new trajectories to it."""
+        self._redis.hset(keys.node(name), "heartbeat", 0)
+
+    def nodes(self, now: float | None = None) -> list[NodeView]:
+        """Every registered node, with liveness judged by heartbeat age."""
+        now = time.time() if now is None else now
+        names = sorted(n.decode() for n in self._redis.smembers(keys.NODES))
+        pipe = self._redis.pipeline()
+        for name in names:
+            pipe.hgetall(keys.node(name))
+        return [
+            _node_view(name, raw, now, self._node_ttl_s)
+            for name, raw in zip(names, pipe.execute(), strict=True)
+            if raw
+        ]
+
+    def pinned_node(self, trajectory_id: str) -> str | None:
+        """The node a trajectory is pinned to, if any."""
+        raw = self._redis.get(keys.trajectory_pin(trajectory_id))
+        return raw.decode() if raw is not None else None
+
+    def pin(self, trajectory_id: str, cores: int, memory_mb: float) -> str:
+        """The trajectory's node: its existing pin while that node lives, else a new choice.
+
+        The choice and the memory reservation are made atomically, so concurrent clients agree.
+        """
+        current = self.pinned_node(trajectory_id)
+        views = self.nodes()
+        alive = {v.name for v in views if v.alive}
+        if current is not None and current in alive:
+            self._redis.expire(keys.trajectory_pin(trajectory_id), self._trajectory_ttl_s)
+            return current
+        if current is not None:
+            self.unpin(trajectory_id)
+        chosen = choose_node(views, cores, memory_mb)
+        result = self._pin(
+            keys=[
+                keys.trajectory_pin(trajectory_id),
+                keys.trajectory_memory(trajectory_id),
+                keys.node(chosen),
+                keys.node_trajectories(chosen),
+            ],
+            args=[chosen, memory_mb, self._trajectory_ttl_s, trajectory_id],
+        )
+        return result.decode() if isinstance(result, bytes) else str(result)
+
+    def unpin(self, trajectory_id: str) -> str | None:
+        """Drop a trajectory's pin and give its memory back; returns the node it was on."""
+        result = self._unpin(
+            keys=[keys.trajectory_pin(trajectory_id), keys.trajectory_memory(trajectory_id)],
+            args=[keys.node(""), trajectory_id],
+        )
+        return result.decode() if isinstance(result, bytes) else None
+
+
+def _node_view(name: str, raw: Mapping[bytes, bytes], now: float, ttl_s: float) -> NodeView:
+    fields: dict[str, Any] = {k.decode(): v.decode() for k, v in raw.items()}
+    heartbeat = float(fields.get("heartbeat", 0))
+    return NodeView(
+        name=name,
+        cores=int(fields.get("cores", 0)),
+        free_cores=int(fields.get("free_cores", 0)),
+        memory_mb=float(fields.get("memory_mb", 0)),
+        reserved_mb=float(fields.get("reserved_mb", 0)),
+        alive=now - heartbeat <= ttl_s,
+    )

@@ -1,0 +1,146 @@
+"""One frozen settings object, read from ``TANGRAM_``-prefixed environment variables.
+
+Nothing else in the project reads the environment: build a :class:`Settings` once (``from_env``)
+and pass it explicitly. Building it opens no connection.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from tangram_celery.errors import ConfigError
+
+PREFIX = "TANGRAM_"
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every tunable of tangram-celery; each field ``x`` is read from ``TANGRAM_X``."""
+
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    result_url: str = ""
+    sandbox_backend: str = "bwrap"
+    sandbox_root: Path = Path("/var/tmp/tangram-sandboxes")
+    sandbox_uid: int = 65534
+    sandbox_memory_mb: int = 512
+    sandbox_pids: int = 128
+    sandbox_file_size_mb: int = 64
+    sandbox_workdir_mb: int = 256
+    sandbox_tmp_mb: int = 64
+    output_cap_bytes: int = 65536
+    default_timeout_s: float = 60.0
+    max_timeout_s: float = 900.0
+    max_payload_bytes: int = 262144
+    trajectory_memory_mb: int = 512
+    node_heartbeat_s: float = 2.0
+    node_ttl_s: float = 10.0
+    result_ttl_s: int = 86400
+    trajectory_ttl_s: int = 6 * 3600
+    admission_window: int = 0
+    api_limits: str = ""
+    extra_resources: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def result_backend_url(self) -> str:
+        """The result backend DSN: ``TANGRAM_RESULT_URL`` or else the broker's."""
+        return self.result_url or self.redis_url
+
+    @property
+    def visibility_timeout_s(self) -> int:
+        """Redis visibility timeout: longer than the longest allowed action (celery#5935)."""
+        return int(self.max_timeout_s * 2 + 300)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Read every field from ``TANGRAM_<FIELD>`` in ``env`` (default: ``os.environ``).
+
+        Unknown ``TANGRAM_`` variables raise :class:`ConfigError`, so a typo is never silent.
+        """
+        source = dict(os.environ if env is None else env)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(
+            k for k in source if k.startswith(PREFIX) and k[len(PREFIX):].lower() not in known
+            and k not in _IGNORED
+        )
+        if unknown:
+            raise ConfigError(
+                f"unknown setting(s) {', '.join(unknown)}; known: "
+                + ", ".join(PREFIX + n.upper() for n in sorted(known))
+            )
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = source.get(PREFIX + f.name.upper())
+            if raw is not None:
+                values[f.name] = _parse(f.name, raw, _PARSERS[f.name])
+        values.update(overrides)
+        settings = cls(**values)
+        settings.check()
+        return settings
+
+    def with_(self, **changes: Any) -> Settings:
+        """A copy with some fields changed, checked again."""
+        new = replace(self, **changes)
+        new.check()
+        return new
+
+    def check(self) -> None:
+        """Raise :class:`ConfigError` if a combination of values is unusable."""
+        for url_field in ("redis_url", "result_url"):
+            url = getattr(self, url_field)
+            if url and urlsplit(url).scheme not in {"redis", "rediss", "unix"}:
+                raise ConfigError(
+                    f"{PREFIX}{url_field.upper()}={url!r}: expected redis://[:password@]host:port/db"
+                )
+        if self.sandbox_backend not in {"bwrap", "docker"}:
+            raise ConfigError(
+                f"{PREFIX}SANDBOX_BACKEND={self.sandbox_backend!r}: choose 'bwrap' or 'docker'"
+            )
+        if self.sandbox_uid == 0:
+            raise ConfigError(f"{PREFIX}SANDBOX_UID=0: sandboxes never run as root; use e.g. 65534")
+        if not 0 < self.default_timeout_s <= self.max_timeout_s:
+            raise ConfigError(
+                f"{PREFIX}DEFAULT_TIMEOUT_S must be > 0 and <= {PREFIX}MAX_TIMEOUT_S"
+            )
+        for name in ("max_payload_bytes", "output_cap_bytes", "trajectory_memory_mb"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{PREFIX}{name.upper()} must be positive")
+
+
+def _parse_bool(raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off", ""}:
+        return False
+    raise ValueError("expected true/false")
+
+
+def _parse_tuple(raw: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
+_IGNORED = {"TANGRAM_UNITS"}
+_BY_TYPE: dict[str, Callable[[str], Any]] = {
+    "str": str,
+    "Path": Path,
+    "int": int,
+    "float": float,
+    "bool": _parse_bool,
+    "tuple[str, ...]": _parse_tuple,
+}
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    f.name: _BY_TYPE[str(f.type)] for f in fields(Settings)
+}
+
+
+def _parse(name: str, raw: str, parser: Callable[[str], T]) -> T:
+    try:
+        return parser(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{PREFIX}{name.upper()}={raw!r}: {exc}") from None

@@ -1,0 +1,77 @@
+"""Shared fixtures: a private real Redis per session, settings pointing at it, real workers."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from tangram_celery.registry import Registry
+from tangram_celery.services import embedded_redis, spawn_cpu_worker, stop_process, wait_for_nodes
+from tangram_celery.settings import Settings
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A private redis-server on a free loopback port, for the whole session."""
+    with embedded_redis() as url:
+        yield url
+
+
+@pytest.fixture()
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    """A client of the private Redis, flushed before each test."""
+    client = redis.Redis.from_url(redis_url)
+    client.flushall()
+    yield client
+    client.close()
+
+
+@pytest.fixture()
+def settings(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """Settings for the private Redis and a fresh, world-traversable sandbox root."""
+    root = Path("/var/tmp") / f"tangram-test-{uuid.uuid4().hex[:8]}"
+    return Settings.from_env({}, redis_url=redis_url, sandbox_root=root,
+                             node_heartbeat_s=0.5, node_ttl_s=3.0)
+
+
+@pytest.fixture()
+def registry(redis_client: redis.Redis, settings: Settings) -> Registry:
+    """The node/pin registry over the private Redis."""
+    return Registry(redis_client, settings.node_ttl_s, settings.trajectory_ttl_s)
+
+
+CpuWorkers = Callable[..., list[str]]
+
+
+@pytest.fixture()
+def cpu_workers(
+    settings: Settings, registry: Registry, tmp_path: Path
+) -> Iterator[CpuWorkers]:
+    """Start real ``tangram worker cpu`` subprocesses: ``cpu_workers({"node-a": 2, ...})``."""
+    started: list[object] = []
+
+    def start(nodes: dict[str, int], **env: str) -> list[str]:
+        base = {"TANGRAM_REDIS_URL": settings.redis_url,
+                "TANGRAM_SANDBOX_ROOT": str(settings.sandbox_root),
+                "TANGRAM_NODE_HEARTBEAT_S": str(settings.node_heartbeat_s),
+                "TANGRAM_NODE_TTL_S": str(settings.node_ttl_s), **env}
+        for name, cores in nodes.items():
+            started.append(spawn_cpu_worker(base, name, cores, tmp_path / f"{name}.log"))
+        wait_for_nodes(registry, list(nodes))
+        return list(nodes)
+
+    yield start
+    for process in started:
+        stop_process(process)  # type: ignore[arg-type]
+    for log in sorted(tmp_path.glob("*.log")):
+        text = log.read_text(errors="replace")
+        if "Traceback" in text:
+            print(f"--- {log.name} ---\n{text[-4000:]}")
+    with contextlib.suppress(OSError):
+        os.rmdir(settings.sandbox_root)

@@ -64,8 +64,10 @@ class Registry:
 
     def heartbeat(self, name: str, free_cores: int) -> None:
         """Mark a node alive now, with its current free cores."""
-        beat = {"heartbeat": time.time(), "free_cores": free_cores}
-        self._redis.hset(keys.node(name), mapping=beat)
+        pipe = self._redis.pipeline()
+        pipe.hset(keys.node(name), "heartbeat", time.time())
+        pipe.hset(keys.node(name), "free_cores", free_cores)
+        pipe.execute()
 
     def deregister_node(self, name: str) -> None:
         """Mark a node gone: clients stop routing new trajectories to it."""
@@ -74,7 +76,7 @@ class Registry:
     def nodes(self, now: float | None = None) -> list[NodeView]:
         """Every registered node, with liveness judged by heartbeat age."""
         now = time.time() if now is None else now
-        names = sorted(n.decode() for n in self._redis.smembers(keys.NODES))
+        names = sorted(_text(n) for n in self._redis.smembers(keys.NODES))
         pipe = self._redis.pipeline()
         for name in names:
             pipe.hgetall(keys.node(name))
@@ -87,7 +89,7 @@ class Registry:
     def pinned_node(self, trajectory_id: str) -> str | None:
         """The node a trajectory is pinned to, if any."""
         raw = self._redis.get(keys.trajectory_pin(trajectory_id))
-        return raw.decode() if raw is not None else None
+        return _text(raw) if raw is not None else None
 
     def pin(self, trajectory_id: str, cores: int, memory_mb: float) -> str:
         """The trajectory's node: its existing pin while that node lives, else a new choice.
@@ -121,6 +123,10 @@ class Registry:
             args=[keys.node(""), trajectory_id],
         )
         return result.decode() if isinstance(result, bytes) else None
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
 
 
 def _node_view(name: str, raw: Mapping[bytes, bytes], now: float, ttl_s: float) -> NodeView:

@@ -27,7 +27,7 @@ class Settings:
     result_url: str = ""
     sandbox_backend: str = "bwrap"
     sandbox_root: Path = Path("/var/tmp/tangram-sandboxes")
-    sandbox_uid: int = 65534
+    sandbox_uid_base: int = 1_500_000
     sandbox_memory_mb: int = 512
     sandbox_pids: int = 128
     sandbox_file_size_mb: int = 64
@@ -101,8 +101,11 @@ class Settings:
             raise ConfigError(
                 f"{PREFIX}SANDBOX_BACKEND={self.sandbox_backend!r}: choose 'bwrap' or 'docker'"
             )
-        if self.sandbox_uid == 0:
-            raise ConfigError(f"{PREFIX}SANDBOX_UID=0: sandboxes never run as root; use e.g. 65534")
+        if self.sandbox_uid_base < 1000:
+            raise ConfigError(
+                f"{PREFIX}SANDBOX_UID_BASE={self.sandbox_uid_base}: sandboxes never run as root "
+                "or a system account; use a free range such as 1500000"
+            )
         if not 0 < self.default_timeout_s <= self.max_timeout_s:
             raise ConfigError(
                 f"{PREFIX}DEFAULT_TIMEOUT_S must be > 0 and <= {PREFIX}MAX_TIMEOUT_S"

@@ -43,7 +43,7 @@ def test_frozen() -> None:
     ({"TANGRAM_REDIS_URLL": "redis://x"}, "unknown setting(s) TANGRAM_REDIS_URLL"),
     ({"TANGRAM_SANDBOX_PIDS": "many"}, "TANGRAM_SANDBOX_PIDS='many'"),
     ({"TANGRAM_REDIS_URL": "http://x"}, "expected redis://"),
-    ({"TANGRAM_SANDBOX_UID": "0"}, "never run as root"),
+    ({"TANGRAM_SANDBOX_UID_BASE": "0"}, "never run as root"),
     ({"TANGRAM_SANDBOX_BACKEND": "vm"}, "choose 'bwrap' or 'docker'"),
     ({"TANGRAM_DEFAULT_TIMEOUT_S": "100", "TANGRAM_MAX_TIMEOUT_S": "10"}, "DEFAULT_TIMEOUT_S"),
 ])

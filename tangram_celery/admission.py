@@ -1,0 +1,193 @@
+"""The node-side admission gate: worker threads wait here, FCFS, until they are given units.
+
+A node worker's prefetch window delivers messages to threads; each thread calls
+:meth:`Admission.acquire`, which blocks until the placement policy grants it concrete unit ids
+(core ids on a CPU node, GPU ids on a GPU pool). The policy is a pure function re-run whenever an
+action arrives or finishes. Every grant is recorded so that exclusivity can be checked later.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from tangram_celery.errors import TangramError
+
+
+@dataclass(frozen=True)
+class Request:
+    """One action waiting for units: its allowed unit counts with expected durations."""
+
+    id: str
+    options: tuple[tuple[int, float | None], ...]
+    arrived: float
+    signature: str = ""
+
+    @property
+    def min_units(self) -> int:
+        """The smallest allowed unit count."""
+        return self.options[0][0]
+
+
+@dataclass(frozen=True)
+class Running:
+    """An admitted action: its units and when it is expected to finish."""
+
+    id: str
+    units: tuple[int, ...]
+    started: float
+    expected_end: float | None
+
+
+@dataclass(frozen=True)
+class PoolState:
+    """Everything the placement policy sees at one scheduling point."""
+
+    waiting: tuple[Request, ...]
+    free: tuple[int, ...]
+    running: tuple[Running, ...]
+    total: int
+    now: float
+
+
+Grant = tuple[str, tuple[int, ...]]
+Policy = Callable[[PoolState], Sequence[Grant]]
+
+
+def fcfs_minimum(state: PoolState) -> list[Grant]:
+    """Strict FCFS at each action's minimum: grant the head while it fits, stop at the first that
+    does not (so nothing behind it can overtake it and starve it)."""
+    free = list(state.free)
+    grants: list[Grant] = []
+    for request in state.waiting:
+        need = request.min_units
+        if need > len(free):
+            break
+        grants.append((request.id, tuple(free[:need])))
+        free = free[need:]
+    return grants
+
+
+@dataclass
+class AllocationRecord:
+    """One grant of units to an action, closed when the action releases them."""
+
+    action_id: str
+    units: tuple[int, ...]
+    start: float
+    end: float | None = None
+
+
+@dataclass
+class _Slot:
+    request: Request
+    event: threading.Event = field(default_factory=threading.Event)
+    units: tuple[int, ...] = ()
+
+
+class Admission:
+    """A thread-safe pool of exclusive units with FCFS admission through a pure policy."""
+
+    def __init__(
+        self,
+        units: Sequence[int],
+        policy: Policy = fcfs_minimum,
+        clock: Callable[[], float] = time.time,
+        history: int = 100_000,
+    ) -> None:
+        if not units:
+            raise TangramError("a pool needs at least one unit")
+        self._all = tuple(units)
+        self._free = list(units)
+        self._policy = policy
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._waiting: list[_Slot] = []
+        self._running: dict[str, Running] = {}
+        self._history = history
+        self.records: list[AllocationRecord] = []
+        self._open: dict[str, AllocationRecord] = {}
+
+    @property
+    def total(self) -> int:
+        """Number of units in the pool."""
+        return len(self._all)
+
+    def free_count(self) -> int:
+        """Units not held by a running action."""
+        with self._lock:
+            return len(self._free)
+
+    def waiting_count(self) -> int:
+        """Actions waiting for units."""
+        with self._lock:
+            return len(self._waiting)
+
+    def acquire(self, request: Request, timeout: float | None = None) -> tuple[int, ...]:
+        """Block until ``request`` is granted units; returns the unit ids.
+
+        Raises :class:`TangramError` if ``request`` can never fit this pool, or ``TimeoutError``.
+        """
+        if request.min_units > len(self._all):
+            raise TangramError(
+                f"action {request.id} needs at least {request.min_units} units but this pool has "
+                f"{len(self._all)}; lower its minimum or route it to a larger node"
+            )
+        slot = _Slot(request)
+        with self._lock:
+            self._waiting.append(slot)
+            self._schedule_locked()
+        if not slot.event.wait(timeout):
+            with self._lock:
+                if not slot.event.is_set():
+                    self._waiting.remove(slot)
+                    raise TimeoutError(f"action {request.id} was not admitted in {timeout} s")
+        return slot.units
+
+    def release(self, action_id: str) -> None:
+        """Give an action's units back and admit whoever now fits."""
+        with self._lock:
+            running = self._running.pop(action_id, None)
+            if running is None:
+                return
+            self._free.extend(running.units)
+            self._free.sort()
+            record = self._open.pop(action_id, None)
+            if record is not None:
+                record.end = self._clock()
+            self._schedule_locked()
+
+    def _schedule_locked(self) -> None:
+        if not self._waiting or not self._free:
+            return
+        now = self._clock()
+        state = PoolState(
+            waiting=tuple(s.request for s in self._waiting),
+            free=tuple(self._free),
+            running=tuple(self._running.values()),
+            total=len(self._all),
+            now=now,
+        )
+        by_id = {s.request.id: s for s in self._waiting}
+        for action_id, units in self._policy(state):
+            self._grant_locked(by_id[action_id], units, now)
+
+    def _grant_locked(self, slot: _Slot, units: tuple[int, ...], now: float) -> None:
+        taken = set(units)
+        if not units or not taken <= set(self._free) or len(taken) != len(units):
+            raise TangramError(f"policy granted unavailable units {units} to {slot.request.id}")
+        self._free = [u for u in self._free if u not in taken]
+        self._waiting.remove(slot)
+        expected = dict(slot.request.options).get(len(units))
+        self._running[slot.request.id] = Running(
+            slot.request.id, units, now, None if expected is None else now + expected
+        )
+        record = AllocationRecord(slot.request.id, units, now)
+        self._open[slot.request.id] = record
+        self.records.append(record)
+        if len(self.records) > self._history:
+            del self.records[: len(self.records) - self._history]
+        slot.units = units
+        slot.event.set()

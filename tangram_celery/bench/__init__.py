@@ -1,0 +1,1 @@
+"""Benchmarks: each module runs as ``python -m tangram_celery.bench.<name>``."""

@@ -1,0 +1,241 @@
+"""What training scripts import: submit actions, wait for results, end trajectories.
+
+    from tangram_celery.client import TangramClient, code_action, test_run_action
+    with TangramClient.from_env() as client:
+        handle = client.submit(code_action("traj-1", "print(6 * 7)"))
+        result = handle.result(timeout=60)          # or: await handle  (asyncio rollouts)
+        print(result.output["stdout"], result.act)  # ACT split into queue / exec / overhead
+        client.end_trajectory("traj-1")
+
+Every action is validated here, before anything is sent; a bad one raises
+:class:`~tangram_celery.errors.ValidationError` naming the field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Generator, Iterable, Mapping
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from celery import Celery
+
+from tangram_celery import keys
+from tangram_celery.action import Action, ActionResult, parse_action
+from tangram_celery.app import END_TRAJECTORY_TASK, make_app
+from tangram_celery.errors import ActionFailed, ActionTimeout
+from tangram_celery.node import action_limits
+from tangram_celery.registry import Registry
+from tangram_celery.router import queue_for, trajectory_memory_mb
+from tangram_celery.settings import Settings
+from tangram_celery.waiter import ResultWaiter
+
+PIN_CACHE_S = 1.0
+
+
+@dataclass
+class ActionHandle:
+    """A submitted action: wait for it with :meth:`result` or ``await handle``."""
+
+    action: Action
+    queue: str
+    submitted: float
+    published: float
+    _client: TangramClient = field(repr=False)
+
+    @property
+    def id(self) -> str:
+        """The action id (also the Celery task id)."""
+        return self.action.id
+
+    def result(self, timeout: float | None = None) -> ActionResult:
+        """Block until the action's result is stored; raises :class:`ActionTimeout` after
+        ``timeout`` seconds (the action itself keeps running)."""
+        future = self._client._waiter.wait_for(self._client._result_key(self.id))
+        try:
+            meta = future.result(timeout)
+        except FutureTimeout:
+            raise ActionTimeout(
+                f"action {self.id} ({self.action.summary()}) has no result after {timeout} s; "
+                "it may still be queued or running: wait again or check `tangram status`"
+            ) from None
+        return self._finish(meta)
+
+    async def aresult(self, timeout: float | None = None) -> ActionResult:
+        """The awaitable form of :meth:`result` for asyncio rollouts."""
+        future = self._client._waiter.wait_for(self._client._result_key(self.id))
+        try:
+            meta = await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+        except TimeoutError:
+            raise ActionTimeout(f"action {self.id} has no result after {timeout} s") from None
+        return self._finish(meta)
+
+    def __await__(self) -> Generator[Any, None, ActionResult]:
+        return self.aresult().__await__()
+
+    def _finish(self, meta: Mapping[str, Any]) -> ActionResult:
+        completed = time.time()
+        if meta.get("status") != "SUCCESS" or not isinstance(meta.get("result"), Mapping):
+            detail = meta.get("result")
+            raise ActionFailed(
+                f"action {self.id} failed in the worker ({meta.get('status')}): {detail}"
+            )
+        result = ActionResult.from_json(meta["result"])
+        result.timings.submitted = self.submitted
+        result.timings.published = self.published
+        result.timings.completed = completed
+        return result
+
+
+class TangramClient:
+    """Submits validated actions to the right queue and collects their results."""
+
+    def __init__(self, settings: Settings, app: Celery | None = None) -> None:
+        self.settings = settings
+        self.app = app or make_app(settings)
+        self._redis = redis.Redis.from_url(settings.redis_url)
+        self._registry = Registry(self._redis, settings.node_ttl_s, settings.trajectory_ttl_s)
+        self._waiter = ResultWaiter(redis.Redis.from_url(settings.result_backend_url))
+        self._limits = action_limits(settings)
+        self._pins: dict[str, tuple[str, float]] = {}
+
+    @classmethod
+    def from_env(cls) -> TangramClient:
+        """A client configured from ``TANGRAM_`` environment variables."""
+        return cls(Settings.from_env())
+
+    def __enter__(self) -> TangramClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release connections and the waiter thread."""
+        self._waiter.close()
+        self._redis.close()
+
+    def submit(self, action: Action | Mapping[str, Any]) -> ActionHandle:
+        """Validate, stamp, route and publish one action; returns its handle at once."""
+        submitted = time.time()
+        body = action.to_json() if isinstance(action, Action) else dict(action)
+        body["submitted_at"] = submitted
+        checked = parse_action(body, self._limits)
+        queue = queue_for(checked, self._node_for(checked))
+        self.app.send_task(
+            keys.task_name(checked.kind),
+            args=[checked.to_json()],
+            queue=queue,
+            task_id=checked.id,
+            argsrepr=checked.summary(),
+            kwargsrepr="{}",
+        )
+        return ActionHandle(checked, queue, submitted, time.time(), self)
+
+    def submit_many(self, actions: Iterable[Action | Mapping[str, Any]]) -> list[ActionHandle]:
+        """Submit several actions in order; validation of all happens before any is sent."""
+        bodies = [a.to_json() if isinstance(a, Action) else dict(a) for a in actions]
+        for body in bodies:
+            parse_action(body, self._limits)
+        return [self.submit(body) for body in bodies]
+
+    def run_batch(
+        self, actions: Iterable[Action | Mapping[str, Any]], timeout: float | None = None
+    ) -> list[ActionResult]:
+        """Submit all actions, then return their results in the order given."""
+        handles = self.submit_many(actions)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        results = []
+        for handle in handles:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            results.append(handle.result(left))
+        return results
+
+    async def arun_batch(
+        self, actions: Iterable[Action | Mapping[str, Any]], timeout: float | None = None
+    ) -> list[ActionResult]:
+        """The asyncio form of :meth:`run_batch`."""
+        handles = self.submit_many(actions)
+        return list(await asyncio.gather(*(h.aresult(timeout) for h in handles)))
+
+    def end_trajectory(self, trajectory_id: str) -> None:
+        """Free a trajectory's environment (its files, its memory reservation) on its node."""
+        node = self._registry.pinned_node(trajectory_id)
+        self._pins.pop(trajectory_id, None)
+        if node is None:
+            return
+        alive = {n.name for n in self._registry.nodes() if n.alive}
+        if node not in alive:
+            self._registry.unpin(trajectory_id)
+            return
+        self.app.send_task(
+            END_TRAJECTORY_TASK,
+            args=[trajectory_id],
+            queue=keys.cpu_queue(node),
+            task_id=f"end-{trajectory_id}-{uuid.uuid4().hex[:8]}",
+        )
+
+    def _node_for(self, action: Action) -> str | None:
+        if action.pool != "cpu":
+            return None
+        cached = self._pins.get(action.trajectory_id)
+        now = time.monotonic()
+        if cached is not None and now - cached[1] < PIN_CACHE_S:
+            return cached[0]
+        memory = trajectory_memory_mb(action, self.settings.trajectory_memory_mb)
+        node = self._registry.pin(action.trajectory_id, int(action.units().min), memory)
+        self._pins[action.trajectory_id] = (node, now)
+        return node
+
+    def _result_key(self, action_id: str) -> bytes:
+        key = self.app.backend.get_key_for_task(action_id)
+        return key if isinstance(key, bytes) else str(key).encode()
+
+
+def code_action(
+    trajectory_id: str, code: str, *, cpu: int | tuple[int, int] = 1, **fields: Any
+) -> Action:
+    """A Python snippet run in the trajectory's sandbox (kind ``exec``)."""
+    return _build("exec", trajectory_id, {"code": code, **fields.pop("payload", {})}, cpu, fields)
+
+
+def command_action(
+    trajectory_id: str, cmd: str, *, cpu: int | tuple[int, int] = 1, **fields: Any
+) -> Action:
+    """A shell command run in the trajectory's sandbox (kind ``exec``)."""
+    return _build("exec", trajectory_id, {"cmd": cmd, **fields.pop("payload", {})}, cpu, fields)
+
+
+def test_run_action(
+    trajectory_id: str,
+    cmd: str = "python3 -m pytest -q",
+    *,
+    cpu: int | tuple[int, int] = (1, 4),
+    elasticity: Any = None,
+    **fields: Any,
+) -> Action:
+    """An elastic test run (kind ``test_run``); ``pytest`` gets ``-n k`` for ``k`` cores."""
+    if elasticity is not None:
+        fields["elasticity"] = elasticity
+    return _build("test_run", trajectory_id, {"cmd": cmd, **fields.pop("payload", {})}, cpu,
+                  fields)
+
+
+test_run_action.__test__ = False  # type: ignore[attr-defined]
+
+
+def _build(
+    kind: str, trajectory_id: str, payload: dict[str, Any], cpu: int | tuple[int, int],
+    fields: dict[str, Any],
+) -> Action:
+    if "files" in fields:
+        payload["files"] = fields.pop("files")
+    cost = dict(fields.pop("cost", {}))
+    cost.setdefault("cpu", list(cpu) if isinstance(cpu, tuple) else cpu)
+    body = {"kind": kind, "trajectory_id": trajectory_id, "payload": payload, "cost": cost,
+            **fields}
+    return parse_action(body)

@@ -1,0 +1,214 @@
+"""The CPU node runtime: what a node worker does with each action message.
+
+It validates the message again (workers never trust producers), waits in the node's admission
+gate for exclusive cores, runs the command in the trajectory's sandbox on exactly those cores,
+gives the cores back whatever happens, and returns the result with its timestamps.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tangram_celery.action import Action, ActionLimits, ActionResult, Timings, parse_action
+from tangram_celery.admission import Admission, Policy, Request, fcfs_minimum
+from tangram_celery.errors import SandboxError, ValidationError
+from tangram_celery.registry import Registry
+from tangram_celery.sandbox import ExecOutcome, ExecSpec, SandboxBackend, rewrite_parallelism
+from tangram_celery.settings import Settings
+
+log = logging.getLogger(__name__)
+
+SANDBOX_PYTHON = "/usr/bin/python3"
+
+
+def action_limits(settings: Settings) -> ActionLimits:
+    """The validation bounds that follow from the settings."""
+    return ActionLimits(
+        max_payload_bytes=settings.max_payload_bytes,
+        max_timeout_s=settings.max_timeout_s,
+        apis=frozenset(api_names(settings.api_limits)),
+        extra_resources=frozenset(settings.extra_resources),
+    )
+
+
+def api_names(api_limits: str) -> list[str]:
+    """Names of the APIs declared in ``TANGRAM_API_LIMITS``; raises ``ConfigError`` if malformed
+    (format: :mod:`tangram_celery.managers.basic`)."""
+    from tangram_celery.managers.basic import parse_api_limits
+
+    return list(parse_api_limits(api_limits))
+
+
+def request_for(action: Action, arrived: float) -> Request:
+    """The admission request of a CPU action: allowed core counts with expected durations."""
+    allowed = action.units().allowed_units()
+    if action.elasticity is None:
+        allowed = allowed[:1]
+    options = tuple((m, action.expected_duration(m)) for m in allowed)
+    return Request(action.id, options, arrived, action.signature)
+
+
+def exec_spec(
+    action: Action, units: tuple[int, ...], cpus: tuple[int, ...], default_timeout_s: float
+) -> ExecSpec:
+    """Turn a CPU action into the sandbox's exec spec: ``len(units)`` is the parallelism handed
+    to the command, ``cpus`` the host CPUs it is pinned to."""
+    payload = action.payload
+    files = dict(payload.get("files", {}))
+    if "code" in payload:
+        snippet = f".tangram-{action.id}.py"
+        files[snippet] = str(payload["code"])
+        command = f"{SANDBOX_PYTHON} {snippet}; s=$?; rm -f {snippet}; exit $s"
+    else:
+        command = rewrite_parallelism(str(payload["cmd"]), len(units))
+    return ExecSpec(
+        trajectory_id=action.trajectory_id,
+        command=command,
+        files=files,
+        timeout_s=action.timeout_s or default_timeout_s,
+        cores=cpus,
+        env={**payload.get("env", {}), "TANGRAM_UNITS": str(len(units))},
+        stdin=payload.get("stdin"),
+    )
+
+
+def outcome_status(outcome: ExecOutcome) -> str:
+    """``ok``, ``failed`` (non-zero exit or signal) or ``timeout``."""
+    if outcome.timed_out:
+        return "timeout"
+    return "ok" if outcome.exit_code == 0 else "failed"
+
+
+def outcome_output(outcome: ExecOutcome) -> dict[str, Any]:
+    """The JSON output of a sandboxed command."""
+    return {
+        "exit_code": outcome.exit_code,
+        "signal": outcome.signal,
+        "timed_out": outcome.timed_out,
+        "oom_killed": outcome.oom_killed,
+        "stdout": outcome.stdout,
+        "stderr": outcome.stderr,
+        "stdout_truncated": outcome.stdout_truncated,
+        "stderr_truncated": outcome.stderr_truncated,
+    }
+
+
+class CpuNode:
+    """One CPU node: its cores, its sandboxes, its admission gate and its Redis registration."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        name: str,
+        cores: int,
+        cpus: Sequence[int],
+        memory_mb: float,
+        sandbox: SandboxBackend,
+        registry: Registry | None = None,
+        policy: Policy = fcfs_minimum,
+    ) -> None:
+        self.settings = settings
+        self.name = name
+        self.memory_mb = memory_mb
+        self.sandbox = sandbox
+        self.registry = registry
+        self.admission = Admission(range(cores), policy)
+        self.cpus = tuple(cpus)
+        self._limits = action_limits(settings)
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Register the node and start its heartbeat."""
+        if self.registry is None:
+            return
+        self.registry.register_node(self.name, self.admission.total, self.memory_mb)
+        self._heartbeat = threading.Thread(
+            target=self._beat, name=f"tangram-heartbeat-{self.name}", daemon=True
+        )
+        self._heartbeat.start()
+
+    def stop(self) -> None:
+        """Deregister, stop the heartbeat and remove every sandbox of this node."""
+        self._stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join(timeout=5)
+        if self.registry is not None:
+            try:
+                self.registry.deregister_node(self.name)
+            except Exception:
+                log.warning("could not deregister node %s", self.name, exc_info=True)
+        self.sandbox.close()
+
+    def execute(self, message: Mapping[str, Any], received: float) -> dict[str, Any]:
+        """Run one action message to completion; never raises for a bad message."""
+        try:
+            action = parse_action(message, self._limits)
+        except ValidationError as exc:
+            return _rejected(message, str(exc), self.name, received)
+        if action.pool != "cpu":
+            return _rejected(message, f"{action.kind} actions do not run on CPU nodes", self.name,
+                             received)
+        return self._run(action, received).to_json()
+
+    def physical(self, units: Sequence[int]) -> tuple[int, ...]:
+        """The host CPUs backing logical unit ids (units share CPUs when oversubscribed)."""
+        return tuple(sorted({self.cpus[u % len(self.cpus)] for u in units}))
+
+    def end_trajectory(self, trajectory_id: str) -> None:
+        """Remove a trajectory's environment and give its memory reservation back."""
+        self.sandbox.end_trajectory(trajectory_id)
+        if self.registry is not None:
+            self.registry.unpin(trajectory_id)
+
+    def _run(self, action: Action, received: float) -> ActionResult:
+        timings = Timings(received=received)
+        result = ActionResult(action.id, action.trajectory_id, action.kind, "error",
+                              node=self.name, timings=timings)
+        cores = self.admission.acquire(request_for(action, received))
+        timings.admitted = time.time()
+        result.units = cores
+        try:
+            spec = exec_spec(action, cores, self.physical(cores), self.settings.default_timeout_s)
+            outcome = self.sandbox.run(spec)
+        except (SandboxError, ValidationError) as exc:
+            result.error = str(exc)
+            timings.exec_started = timings.exec_finished = time.time()
+        else:
+            result.status = outcome_status(outcome)
+            result.output = outcome_output(outcome)
+            timings.exec_started, timings.exec_finished = outcome.started_at, outcome.finished_at
+            timings.exec_s, timings.setup_s = outcome.exec_s, outcome.setup_s
+        finally:
+            self.admission.release(action.id)
+        timings.stored = time.time()
+        return result
+
+    def _beat(self) -> None:
+        assert self.registry is not None
+        while not self._stop.wait(self.settings.node_heartbeat_s):
+            try:
+                self.registry.heartbeat(self.name, self.admission.free_count())
+            except Exception:
+                log.warning("heartbeat of node %s failed", self.name, exc_info=True)
+
+
+def _rejected(
+    message: Mapping[str, Any] | Any, reason: str, node: str, received: float
+) -> dict[str, Any]:
+    data = message if isinstance(message, Mapping) else {}
+    now = time.time()
+    result = ActionResult(
+        action_id=str(data.get("id", ""))[:128],
+        trajectory_id=str(data.get("trajectory_id", ""))[:128],
+        kind=str(data.get("kind", ""))[:32],
+        status="rejected",
+        node=node,
+        timings=Timings(received=received, stored=now),
+        error=reason,
+    )
+    return result.to_json()

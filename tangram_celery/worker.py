@@ -1,0 +1,89 @@
+"""Starting tangram workers: build the runtime, attach it to the app, run Celery's worker."""
+
+from __future__ import annotations
+
+import logging
+import os
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+from celery.signals import worker_ready, worker_shutdown
+
+from tangram_celery import keys
+from tangram_celery.app import attach_runtime, make_app
+from tangram_celery.node import CpuNode
+from tangram_celery.registry import Registry
+from tangram_celery.sandbox import SandboxLimits, make_backend
+from tangram_celery.settings import Settings
+
+log = logging.getLogger(__name__)
+
+UIDS_PER_NODE = 65536
+NODE_UID_SLOTS = 1024
+
+
+def sandbox_limits(settings: Settings) -> SandboxLimits:
+    """The sandbox limits that follow from the settings."""
+    return SandboxLimits(
+        memory_mb=settings.sandbox_memory_mb,
+        pids=settings.sandbox_pids,
+        file_size_mb=settings.sandbox_file_size_mb,
+        workdir_mb=settings.sandbox_workdir_mb,
+        tmp_mb=settings.sandbox_tmp_mb,
+        output_cap_bytes=settings.output_cap_bytes,
+    )
+
+
+def unit_cpus(units: int, cpus: Sequence[int] | None = None) -> list[int]:
+    """Host CPUs backing logical unit ids ``0..units-1``: unit ``u`` runs on CPU
+    ``available[u % len(available)]`` (several units share a CPU when oversubscribed)."""
+    available = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
+    return [available[u % len(available)] for u in range(units)]
+
+
+def node_uid_base(base: int, name: str) -> int:
+    """The first sandbox uid of a node: nodes sharing a host get disjoint uid ranges."""
+    return base + (zlib.crc32(name.encode()) % NODE_UID_SLOTS) * UIDS_PER_NODE
+
+
+def build_cpu_node(settings: Settings, name: str, cores: int, memory_mb: float) -> CpuNode:
+    """A CPU node runtime with its sandbox backend and Redis registry."""
+    sandbox = make_backend(
+        settings.sandbox_backend,
+        settings.sandbox_root / name,
+        sandbox_limits(settings),
+        uid_base=node_uid_base(settings.sandbox_uid_base, name),
+        uid_count=UIDS_PER_NODE,
+    )
+    registry = Registry(
+        redis.Redis.from_url(settings.redis_url), settings.node_ttl_s, settings.trajectory_ttl_s
+    )
+    return CpuNode(settings, name, cores, unit_cpus(cores), memory_mb, sandbox, registry)
+
+
+def run_cpu_worker(
+    settings: Settings, name: str, cores: int, memory_mb: float,
+    concurrency: int | None = None, loglevel: str = "INFO",
+) -> None:
+    """Run a CPU node worker in this process until it is told to stop."""
+    app = make_app(settings)
+    node = build_cpu_node(settings, name, cores, memory_mb)
+    attach_runtime(app, node)
+    window = concurrency or settings.admission_window or max(2 * cores, cores + 4)
+
+    def on_ready(**_: Any) -> None:
+        node.start()
+        log.info("CPU node %s ready: %d cores, window %d", name, cores, window)
+
+    def on_shutdown(**_: Any) -> None:
+        node.stop()
+
+    worker_ready.connect(on_ready, weak=False)
+    worker_shutdown.connect(on_shutdown, weak=False)
+    app.worker_main([
+        "worker", "-Q", keys.cpu_queue(name), "-P", "threads", "-c", str(window),
+        "-n", f"cpu-{name}@%h", "-E", "--without-mingle", "--without-gossip",
+        "-l", loglevel,
+    ])

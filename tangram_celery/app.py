@@ -8,15 +8,22 @@ GPU/API pool runtime). Nothing connects at import time or in the factory.
 
 from __future__ import annotations
 
+import logging
 import time
 import weakref
 from typing import Any, Protocol
 
 from celery import Celery, Task
+from celery.worker.consumer import Consumer
+from kombu.message import Message
 
 from tangram_celery import keys
+from tangram_celery.action import ID_PATTERN
 from tangram_celery.errors import ServiceError
+from tangram_celery.ledger import Ledger
 from tangram_celery.settings import Settings
+
+log = logging.getLogger(__name__)
 
 END_TRAJECTORY_TASK = "tangram.control.end_trajectory"
 
@@ -32,11 +39,18 @@ class Runtime(Protocol):
 
 
 _RUNTIMES: weakref.WeakKeyDictionary[Celery, Runtime] = weakref.WeakKeyDictionary()
+_LEDGERS: weakref.WeakKeyDictionary[Celery, Ledger] = weakref.WeakKeyDictionary()
 
 
-def attach_runtime(app: Celery, runtime: Runtime) -> None:
-    """Make ``runtime`` execute the tasks this app's worker receives."""
+def attach_runtime(app: Celery, runtime: Runtime, ledger: Ledger | None = None) -> None:
+    """Make ``runtime`` execute the tasks this app's worker receives.
+
+    With a ``ledger``, results are idempotent per action id and undecodable messages are
+    dead-lettered (see :mod:`tangram_celery.ledger`).
+    """
     _RUNTIMES[app] = runtime
+    if ledger is not None:
+        _LEDGERS[app] = ledger
 
 
 def runtime_of(app: Celery) -> Runtime:
@@ -66,6 +80,11 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             "sep": ":",
             "priority_steps": list(range(10)),
             "queue_order_strategy": "priority",
+            "unacked_restore_interval": settings.restore_interval_s,
+            "unacked_restore_throttle": 1,
+        },
+        "task_publish_retry_policy": {
+            "max_retries": 30, "interval_start": 0.05, "interval_step": 0.2, "interval_max": 1.0,
         },
         "result_backend_transport_options": {"retry_policy": {"timeout": 5.0}},
         "result_expires": settings.result_ttl_s,
@@ -75,6 +94,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "broker_connection_retry_on_startup": True,
         "worker_hijack_root_logger": False,
         "task_time_limit": None,
+        "worker_consumer": "tangram_celery.app:DeadLetterConsumer",
     }
 
 
@@ -88,10 +108,27 @@ def make_app(settings: Settings, name: str = "tangram") -> Celery:
     return app
 
 
+def execute_once(app: Celery, message: Any, received: float) -> dict[str, Any]:
+    """Run an action message through the app's runtime, at most one stored result per id."""
+    runtime = runtime_of(app)
+    ledger = _LEDGERS.get(app)
+    action_id = message.get("id") if isinstance(message, dict) else None
+    if ledger is None or not isinstance(action_id, str) or not ID_PATTERN.fullmatch(action_id):
+        return runtime.execute(message, received)
+    prior = ledger.stored(action_id)
+    if prior is not None:
+        log.info("action %s was delivered again; returning its stored result", action_id)
+        return prior
+    attempt = ledger.begin(action_id)
+    result = runtime.execute(message, received)
+    result["attempts"] = attempt
+    return ledger.store(action_id, result)
+
+
 def _register_action_task(app: Celery, kind: str) -> None:
     @app.task(name=keys.task_name(kind), bind=True, acks_late=True)  # type: ignore[untyped-decorator]
     def run_action(self: Task, message: dict[str, Any]) -> dict[str, Any]:
-        return runtime_of(self.app).execute(message, time.time())
+        return execute_once(self.app, message, time.time())
 
 
 def _register_end_trajectory(app: Celery) -> None:
@@ -99,3 +136,38 @@ def _register_end_trajectory(app: Celery) -> None:
     def end_trajectory(self: Task, trajectory_id: str) -> bool:
         runtime_of(self.app).end_trajectory(trajectory_id)
         return True
+
+
+class DeadLetterConsumer(Consumer):  # type: ignore[misc]
+    """Celery's consumer, but messages it cannot decode or route are dead-lettered in Redis
+    (``tangram:deadletter``) with their reason before being dropped, instead of vanishing."""
+
+    def _dead_letter(self, reason: str, message: Message) -> None:
+        ledger = _LEDGERS.get(self.app)
+        if ledger is None:
+            return
+        try:
+            ledger.dead_letter(reason, message.body, {
+                "content_type": message.content_type,
+                "queue": (message.delivery_info or {}).get("routing_key", ""),
+                "task": (message.headers or {}).get("task", ""),
+                "id": (message.headers or {}).get("id", ""),
+            })
+        except Exception:  # never let dead-lettering kill the consumer
+            log.exception("could not dead-letter a message")
+
+    def on_decode_error(self, message: Message, exc: Exception) -> None:
+        self._dead_letter(f"cannot decode: {exc}", message)
+        super().on_decode_error(message, exc)
+
+    def on_unknown_message(self, body: Any, message: Message) -> None:
+        self._dead_letter("not a task message", message)
+        super().on_unknown_message(body, message)
+
+    def on_unknown_task(self, body: Any, message: Message, exc: Exception) -> None:
+        self._dead_letter(f"unknown task: {exc}", message)
+        super().on_unknown_task(body, message, exc)
+
+    def on_invalid_task(self, body: Any, message: Message, exc: Exception) -> None:
+        self._dead_letter(f"invalid task message: {exc}", message)
+        super().on_invalid_task(body, message, exc)

@@ -78,3 +78,27 @@ def api_tokens(api: str) -> str:
 def api_leases(api: str) -> str:
     """Sorted set of concurrency leases of one API, scored by expiry time (basic manager)."""
     return f"{PREFIX}:api:{api}:leases"
+
+
+def api_tickets(api: str) -> str:
+    """Sorted set of the actions waiting for one API, scored by arrival order (basic manager)."""
+    return f"{PREFIX}:api:{api}:tickets"
+
+
+def api_ticket_deadlines(api: str) -> str:
+    """Sorted set of the same waiting tickets scored by expiry, renewed while they wait."""
+    return f"{PREFIX}:api:{api}:ticket-deadlines"
+
+
+def api_ticket_seq() -> str:
+    """Counter giving every waiting ticket its place in one global arrival order."""
+    return f"{PREFIX}:api:ticket-seq"
+
+
+def action_attempts(action_id: str) -> str:
+    """Counter of how many times a worker started an action (redeliveries included)."""
+    return f"{PREFIX}:attempts:{action_id}"
+
+
+DEAD_LETTERS = f"{PREFIX}:deadletter"
+DUPLICATE_RESULTS = f"{PREFIX}:stats:duplicate-results"

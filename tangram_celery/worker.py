@@ -6,17 +6,21 @@ import logging
 import os
 import zlib
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import redis
 from celery.signals import worker_ready, worker_shutdown
 
 from tangram_celery import keys
+from tangram_celery.admission import Policy, fcfs_minimum
 from tangram_celery.app import attach_runtime, make_app
 from tangram_celery.ledger import Ledger
 from tangram_celery.node import CpuNode
+from tangram_celery.placement import cpu_pool_factory, elastic_policy
 from tangram_celery.registry import Registry
 from tangram_celery.sandbox import SandboxLimits, make_backend
+from tangram_celery.scheduling import SchedulerConfig
 from tangram_celery.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -61,7 +65,41 @@ def build_cpu_node(settings: Settings, name: str, cores: int, memory_mb: float) 
     registry = Registry(
         redis.Redis.from_url(settings.redis_url), settings.node_ttl_s, settings.trajectory_ttl_s
     )
-    return CpuNode(settings, name, cores, unit_cpus(cores), memory_mb, sandbox, registry)
+    cpus = unit_cpus(cores)
+    return CpuNode(settings, name, cores, cpus, memory_mb, sandbox, registry,
+                   policy=cpu_policy(settings, cpus))
+
+
+def cpu_policy(settings: Settings, cpus: Sequence[int]) -> Policy:
+    """The node's placement policy: the elastic scheduler, or strict FCFS at the minimum."""
+    if settings.scheduler == "fcfs-min":
+        return fcfs_minimum
+    numa = host_numa_groups()
+    groups = {unit: numa.get(cpu, 0) for unit, cpu in enumerate(cpus)}
+    return elastic_policy("cpu", cpu_pool_factory("cpu", groups),
+                          SchedulerConfig(depth=settings.scheduler_depth))
+
+
+def host_numa_groups(root: Path = Path("/sys/devices/system/node")) -> dict[int, int]:
+    """Host CPU id -> NUMA node, from sysfs (empty when the host does not say)."""
+    groups: dict[int, int] = {}
+    for node_dir in sorted(root.glob("node[0-9]*")):
+        try:
+            text = (node_dir / "cpulist").read_text().strip()
+        except OSError:
+            continue
+        for cpu in parse_cpulist(text):
+            groups[cpu] = int(node_dir.name[4:])
+    return groups
+
+
+def parse_cpulist(text: str) -> list[int]:
+    """Parse a kernel CPU list such as ``0-3,8,10-11``."""
+    cpus: list[int] = []
+    for part in filter(None, text.split(",")):
+        low, _, high = part.partition("-")
+        cpus.extend(range(int(low), int(high or low) + 1))
+    return cpus
 
 
 def run_cpu_worker(

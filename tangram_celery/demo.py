@@ -12,7 +12,7 @@ import contextlib
 import random
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,11 +94,17 @@ async def run_batch(client: TangramClient, config: DemoConfig) -> list[list[Acti
 
 
 @contextlib.contextmanager
-def local_cluster(settings: Settings, config: DemoConfig, log_dir: Path) -> Iterator[Settings]:
-    """Redis (existing or embedded) and ``config.nodes`` CPU node workers; stops what it started."""
+def local_cluster(
+    settings: Settings, config: DemoConfig, log_dir: Path, extra_env: Mapping[str, str] = {},
+) -> Iterator[Settings]:
+    """Redis (existing or embedded) and ``config.nodes`` CPU node workers; stops what it started.
+
+    ``extra_env`` adds ``TANGRAM_`` settings for the workers only (e.g. their scheduler).
+    """
     with ensure_redis(settings.redis_url) as url:
         settings = settings.with_(redis_url=url, result_url="")
-        env = {"TANGRAM_REDIS_URL": url, "TANGRAM_SANDBOX_ROOT": str(settings.sandbox_root)}
+        env = {"TANGRAM_REDIS_URL": url, "TANGRAM_SANDBOX_ROOT": str(settings.sandbox_root),
+               **extra_env}
         names = [f"demo-node-{i}" for i in range(config.nodes)]
         workers = [spawn_cpu_worker(env, name, config.cores_per_node, log_dir / f"{name}.log")
                    for name in names]

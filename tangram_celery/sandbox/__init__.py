@@ -1,8 +1,9 @@
 """Sandbox backends: where CPU actions run, one persistent work dir per trajectory.
 
-Use :func:`make_backend` to get a backend by name; ``"bwrap"`` (the embedded bubblewrap backend)
-is the only one so far. The interface (:class:`SandboxBackend`, :class:`ExecSpec`,
-:class:`ExecOutcome`, :class:`SandboxLimits`) is backend-neutral.
+Use :func:`make_backend` to get a backend by name: ``"bwrap"`` (the embedded bubblewrap backend,
+the default) or ``"docker"`` (a container per trajectory, through a Docker engine). The
+interface (:class:`SandboxBackend`, :class:`ExecSpec`, :class:`ExecOutcome`,
+:class:`SandboxLimits`) is backend-neutral.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from tangram_celery.sandbox.base import (
 )
 
 BACKENDS = ("bwrap", "docker")
+# options of the embedded backend that mean nothing to the docker one (callers pass them to any)
+BWRAP_ONLY_OPTIONS = frozenset({"bwrap_path", "uid_base", "uid_count", "uid_lock_dir", "cgroups"})
 
 __all__ = [
     "BACKENDS",
@@ -49,16 +52,20 @@ def make_backend(name: str, root_dir: Path, limits: SandboxLimits, **kw: Any) ->
     """Create the sandbox backend called ``name`` with its work dirs under ``root_dir``.
 
     ``"bwrap"``: :class:`~tangram_celery.sandbox.bwrap.BwrapBackend` (keyword options:
-    ``bwrap_path``, ``uid_base``, ``uid_count``, ``cgroups``, ``seccomp``). ``"docker"`` is
-    planned and raises :class:`SandboxSetupError` until it exists.
+    ``bwrap_path``, ``uid_base``, ``uid_count``, ``cgroups``, ``seccomp``).
+    ``"docker"``: :class:`~tangram_celery.sandbox.docker.DockerBackend` (keyword options:
+    ``docker_url``, ``image``, ``idle_ttl_s``, ``warm_pool``, ``api_timeout_s``, ``grace_s``,
+    ``seccomp``; the embedded backend's uid and cgroup options are ignored). It raises
+    :class:`SandboxSetupError` (:class:`~tangram_celery.errors.SandboxEngineError` when no
+    engine answers) with what to do next.
     """
     if name == "bwrap":
         from tangram_celery.sandbox.bwrap import BwrapBackend
 
         return BwrapBackend(Path(root_dir), limits, **kw)
     if name == "docker":
-        raise SandboxSetupError(
-            "the docker sandbox backend is not implemented yet; use sandbox backend 'bwrap' "
-            "(TANGRAM_SANDBOX_BACKEND=bwrap)"
-        )
+        from tangram_celery.sandbox.docker import DockerBackend
+
+        options = {k: v for k, v in kw.items() if k not in BWRAP_ONLY_OPTIONS}
+        return DockerBackend(Path(root_dir), limits, **options)
     raise SandboxSetupError(f"unknown sandbox backend {name!r}; choose one of {list(BACKENDS)}")

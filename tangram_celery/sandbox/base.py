@@ -120,6 +120,8 @@ class ExecOutcome:
     exec_s: float
     workdir_bytes: int = 0
     workdir_exceeded: bool = False
+    environment_replaced: bool = False
+    replaced_reason: str = ""
 
 
 @runtime_checkable
@@ -580,11 +582,11 @@ _SIMPLE_END_RE = re.compile(r"[;&|)\n]")
 def _has_explicit_workers(args: str) -> bool:
     """Whether pytest arguments already choose the worker count or disable xdist."""
     for token in args.split():
-        if token == "-n" or token.startswith("--numprocesses") or token == "no:xdist":
+        if token == "-n" or token.startswith("--numprocesses") or token == "no:xdist":  # nosec B105 # pytest arguments, not passwords
             return True
         if token.startswith("-n") and (token[2:3].isdigit() or token[2:3] in ("a", "l", "=")):
             return True
-        if token == "-pno:xdist":
+        if token == "-pno:xdist":  # nosec B105 # a pytest argument, not a password
             return True
     return False
 

@@ -78,7 +78,7 @@ BASE_ENV = {
     "HOME": INSIDE_WORKDIR,
     "USER": "sandbox",
     "LOGNAME": "sandbox",
-    "TMPDIR": "/tmp",
+    "TMPDIR": "/tmp",  # nosec B108 # inside the sandbox: its private tmpfs
     "LANG": "C.UTF-8",
 }
 PASSWD = (
@@ -439,7 +439,7 @@ class BwrapBackend:
                 return
             traj.released = True
         kill_uid(traj.uid)
-        for leftover in (f"/tmp/.bubblewrap-{traj.uid}", f"/run/user/{traj.uid}/.bubblewrap"):
+        for leftover in (f"/tmp/.bubblewrap-{traj.uid}", f"/run/user/{traj.uid}/.bubblewrap"):  # nosec B108 # bwrap's own per-uid dir, removed after the uid is killed
             with contextlib.suppress(OSError):
                 os.rmdir(leftover)
         with self._lock:
@@ -599,8 +599,8 @@ class BwrapBackend:
             "--uid", str(INSIDE_UID), "--gid", str(INSIDE_UID), "--hostname", "tangram",
             *self._system_binds,
             "--proc", "/proc", "--dev", "/dev",
-            "--size", tmp_bytes, "--tmpfs", "/tmp",
-            "--size", tmp_bytes, "--tmpfs", "/dev/shm",
+            "--size", tmp_bytes, "--tmpfs", "/tmp",  # nosec B108 # the sandbox's private tmpfs
+            "--size", tmp_bytes, "--tmpfs", "/dev/shm",  # nosec B108 # the sandbox's private tmpfs
             "--bind", str(traj.path), INSIDE_WORKDIR,
             "--chdir", INSIDE_WORKDIR,
         ]

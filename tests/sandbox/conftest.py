@@ -1,7 +1,13 @@
-"""Fixtures for the sandbox tests: a real bubblewrap backend with small limits, and host probes.
+"""Fixtures for the sandbox tests: real backends with small limits, and host probes.
 
-Nothing here skips for a missing tool: without bubblewrap or the Debian pytest packages the
-tests fail and say which setup step to run.
+``backend``/``run`` are the embedded bubblewrap backend. ``sandbox``/``sandbox_run`` are
+parametrized over every backend: ``bwrap`` always, ``docker`` against a real engine (the one
+at the configured socket, else a private dockerd started for the session, see
+``tests/docker_engine.py``) with the sandbox image built locally if missing.
+
+Nothing here skips for a missing tool: without bubblewrap, docker.io, debootstrap or the Debian
+pytest packages the tests fail and say which setup step to run. The docker tests skip only
+when the kernel lacks what containers need, and never in CI (``CI`` set).
 """
 
 from __future__ import annotations
@@ -15,10 +21,15 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import docker
+import docker_engine
 import pytest
 
-from tangram_celery.sandbox import ExecOutcome, ExecSpec, SandboxLimits
+from tangram_celery.errors import SandboxSetupError
+from tangram_celery.sandbox import ExecOutcome, ExecSpec, SandboxBackend, SandboxLimits
 from tangram_celery.sandbox.bwrap import BwrapBackend
+from tangram_celery.sandbox.docker import DockerBackend, WarmPoolPolicy
+from tangram_celery.sandbox.image import DEFAULT_TAG, ensure_image
 
 SETUP_HINT = (
     "run the README's test setup command (apt-get install -y bubblewrap python3-pytest "
@@ -76,8 +87,7 @@ def backend(sandbox_tools: None, sandbox_root: Path) -> Iterator[BwrapBackend]:
         b.close()
 
 
-@pytest.fixture()
-def run(backend: BwrapBackend) -> Run:
+def runner(backend: SandboxBackend) -> Run:
     """``run(command, tid="t1", cores=(0,), timeout_s=20, files=None, **spec_fields)``."""
 
     def _run(
@@ -92,6 +102,70 @@ def run(backend: BwrapBackend) -> Run:
         return backend.run(spec)
 
     return _run
+
+
+@pytest.fixture()
+def run(backend: BwrapBackend) -> Run:
+    """``run(command, tid="t1", ...)`` in the bubblewrap ``backend``."""
+    return runner(backend)
+
+
+@pytest.fixture(scope="session")
+def docker_url() -> Iterator[str]:
+    """The URL of a running Docker engine holding the sandbox image, for the whole session."""
+    try:
+        engine = docker_engine.acquire()
+    except docker_engine.EngineUnavailable as exc:
+        if exc.kind == "kernel" and not os.environ.get("CI"):
+            pytest.skip(f"no Docker engine on this machine: {exc}")
+        pytest.fail(f"no Docker engine for the docker sandbox tests: {exc}")
+    try:
+        client = docker.DockerClient(base_url=engine.url, timeout=300)
+        try:
+            ensure_image(client, DEFAULT_TAG)
+        except SandboxSetupError as exc:
+            pytest.fail(f"cannot build the sandbox image: {exc}")
+        finally:
+            client.close()
+        yield engine.url
+    finally:
+        docker_engine.release(engine)
+
+
+@pytest.fixture(scope="session")
+def docker_backend(docker_url: str) -> Iterator[DockerBackend]:
+    """One Docker backend with small limits for the session (tests end their trajectories)."""
+    b = DockerBackend(Path("/var/tmp/tangram-sbx-docker"), SMALL_LIMITS, docker_url=docker_url,
+                      warm_pool=WarmPoolPolicy(min_size=1, max_size=2))
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+@pytest.fixture(params=["bwrap", pytest.param("docker", marks=pytest.mark.slow)])
+def sandbox(request: pytest.FixtureRequest, sandbox_root: Path) -> Iterator[SandboxBackend]:
+    """Every backend in turn, with the small limits; nothing of a test outlives it."""
+    if request.param == "bwrap":
+        request.getfixturevalue("sandbox_tools")
+        bwrap = BwrapBackend(sandbox_root, SMALL_LIMITS)
+        try:
+            yield bwrap
+        finally:
+            bwrap.close()
+        return
+    shared: DockerBackend = request.getfixturevalue("docker_backend")
+    try:
+        yield shared
+    finally:
+        for trajectory_id in shared.trajectories():
+            shared.end_trajectory(trajectory_id)
+
+
+@pytest.fixture()
+def sandbox_run(sandbox: SandboxBackend) -> Run:
+    """``sandbox_run(command, tid="t1", ...)`` in the ``sandbox`` backend."""
+    return runner(sandbox)
 
 
 @pytest.fixture()

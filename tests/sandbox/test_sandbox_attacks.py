@@ -1,12 +1,18 @@
-"""Attacks on the embedded sandbox. Each test FAILS if its attack succeeds.
+"""The shared adversarial suite: each test FAILS if its attack succeeds, on every backend.
 
-Every attack is bounded in time and count (timeouts, loop limits) and targets loopback only.
+Every attack runs through the ``sandbox``/``sandbox_run`` fixtures, parametrized over the
+backends (``[bwrap]`` and ``[docker]``). Each is bounded in time and count (timeouts, loop
+limits) and targets loopback or this machine only. The few tests at the end use the
+bubblewrap backend's own mechanisms (``backend``/``run``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import platform
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -15,11 +21,11 @@ from pathlib import Path
 import pytest
 
 from tangram_celery.errors import SandboxSpecError
-from tangram_celery.sandbox import ExecOutcome, SandboxLimits, WorkdirQuotaError
+from tangram_celery.sandbox import ExecOutcome, SandboxBackend, SandboxLimits, WorkdirQuotaError
 from tangram_celery.sandbox.bwrap import BwrapBackend
 
 Run = Callable[..., ExecOutcome]
-# the limits the `backend` fixture uses (tests/sandbox/conftest.py)
+# the limits every `sandbox` fixture uses (tests/sandbox/conftest.py)
 SMALL_LIMITS = SandboxLimits(
     memory_mb=256, pids=64, file_size_mb=8, workdir_mb=32, tmp_mb=16, nofile=128,
     output_cap_bytes=4096,
@@ -34,23 +40,31 @@ def py(code: str) -> str:
     return "python3 - <<'PYEOF'\n" + code.strip() + "\nPYEOF\n"
 
 
+def require_cgroup(sandbox: SandboxBackend, controller: str) -> None:
+    """Fail when the backend cannot enforce ``controller`` (the docker backend always can)."""
+    if isinstance(sandbox, BwrapBackend):
+        assert sandbox.cgroups is not None and controller in sandbox.cgroups.controllers, (
+            f"{controller} cgroup not usable here: {getattr(sandbox.cgroups, 'unavailable', None)}")
+
+
 # -- time -------------------------------------------------------------------------------------
 
 
-def test_infinite_loop_is_killed_at_the_timeout(run: Run, token: str,
+def test_infinite_loop_is_killed_at_the_timeout(sandbox_run: Run, token: str,
                                                 assert_gone: Callable[[str], None]) -> None:
     t0 = time.monotonic()
-    out = run(f"trap '' TERM INT HUP; exec sh -c 'while :; do :; done' {token}", timeout_s=1.0)
+    out = sandbox_run(f"trap '' TERM INT HUP; exec sh -c 'while :; do :; done' {token}",
+                      timeout_s=1.0)
     elapsed = time.monotonic() - t0
     assert out.timed_out and out.exit_code is None and out.signal == 9
     assert elapsed < 4.0, f"timeout of 1 s took {elapsed:.1f} s to enforce"
     assert_gone(token)
 
 
-def test_timeout_kills_the_whole_tree(run: Run, token: str,
+def test_timeout_kills_the_whole_tree(sandbox_run: Run, token: str,
                                       assert_gone: Callable[[str], None]) -> None:
     cmd = f"for i in 1 2 3; do sh -c 'sleep 60; : {token}' & done; sleep 60"
-    out = run(cmd, timeout_s=0.5)
+    out = sandbox_run(cmd, timeout_s=0.5)
     assert out.timed_out
     assert_gone(token)
 
@@ -58,28 +72,27 @@ def test_timeout_kills_the_whole_tree(run: Run, token: str,
 # -- memory -----------------------------------------------------------------------------------
 
 
-def test_one_gib_allocation_fails(run: Run) -> None:
-    out = run(py("b = bytearray(1 << 30)\nprint('ALLOCATED', flush=True)"))
+def test_one_gib_allocation_fails(sandbox_run: Run) -> None:
+    out = sandbox_run(py("b = bytearray(1 << 30)\nprint('ALLOCATED', flush=True)"))
     assert "ALLOCATED" not in out.stdout
     assert out.exit_code != 0
 
 
-def test_touching_memory_stops_below_the_limit(run: Run) -> None:
+def test_touching_memory_stops_below_the_limit(sandbox_run: Run) -> None:
     code = """
 chunks = []
 for i in range(16):          # up to 1 GiB in 64 MiB chunks, every page touched
     chunks.append(bytearray(b"x" * (64 << 20)))
     print("HELD", (i + 1) * 64, flush=True)
 """
-    out = run(py(code), timeout_s=30)
+    out = sandbox_run(py(code), timeout_s=30)
     held = [int(line.split()[1]) for line in out.stdout.splitlines() if line.startswith("HELD")]
     assert out.exit_code != 0
     assert max(held, default=0) <= SMALL_LIMITS.memory_mb, f"held {max(held)} MiB"
 
 
-def test_memory_is_capped_across_processes(run: Run, backend: BwrapBackend) -> None:
-    assert backend.cgroups is not None and "memory" in backend.cgroups.controllers, (
-        f"memory cgroup not usable here: {getattr(backend.cgroups, 'unavailable', None)}")
+def test_memory_is_capped_across_processes(sandbox_run: Run, sandbox: SandboxBackend) -> None:
+    require_cgroup(sandbox, "memory")
     code = """
 import os, time
 kids = []
@@ -93,12 +106,12 @@ for i in range(3):           # 3 x 120 MiB, each under the per-process limit, 36
 ok = sum(1 for p in kids if os.waitpid(p, 0)[1] == 0)
 print("SURVIVORS", ok, flush=True)
 """
-    out = run(py(code), timeout_s=30)
+    out = sandbox_run(py(code), timeout_s=30)
     assert "SURVIVORS 3" not in out.stdout, out.stdout
     assert out.oom_killed
 
 
-# -- processes ----------------------------------------------------------------------------------
+# -- processes and threads ----------------------------------------------------------------------
 
 
 FORK_BOMB = """
@@ -117,47 +130,149 @@ print("FORKED", n, flush=True)
 time.sleep(2)
 """
 
+THREAD_BOMB = """
+import threading
+stop = threading.Event()
+n = 0
+for i in range(2000):        # bounded: at most 2000 threads, each waits at most 3 s
+    try:
+        threading.Thread(target=stop.wait, args=(3,), daemon=True).start()
+    except (RuntimeError, MemoryError):
+        break
+    n += 1
+print("THREADS", n, flush=True)
+stop.set()
+"""
+
 
 def test_bounded_fork_bomb_is_capped_and_does_not_starve_others(
-    run: Run, token: str, assert_gone: Callable[[str], None]
+    sandbox_run: Run, token: str, assert_gone: Callable[[str], None]
 ) -> None:
-    results: dict[str, object] = {}
+    results: dict[str, ExecOutcome] = {}
 
     def bomb() -> None:
-        results["bomb"] = run(py(FORK_BOMB) + f"# {token}", tid="bomber", timeout_s=20)
+        results["bomb"] = sandbox_run(py(FORK_BOMB) + f"# {token}", tid="bomber", timeout_s=20)
 
     thread = threading.Thread(target=bomb)
     thread.start()
     time.sleep(1.0)   # the bomb now holds every process it could get
-    other = run("for i in $(seq 20); do sleep 0.2 & done; wait; echo NEIGHBOUR_OK",
-                tid="neighbour", cores=(0,), timeout_s=20)
+    other = sandbox_run("for i in $(seq 20); do sleep 0.2 & done; wait; echo NEIGHBOUR_OK",
+                        tid="neighbour", cores=(0,), timeout_s=20)
     thread.join(30)
-    bomb_out = results["bomb"]
-    forked = [int(line.split()[1]) for line in bomb_out.stdout.splitlines()  # type: ignore[attr-defined]
+    forked = [int(line.split()[1]) for line in results["bomb"].stdout.splitlines()
               if line.startswith("FORKED")]
     assert forked and forked[0] < SMALL_LIMITS.pids, f"fork bomb got {forked} processes"
     assert "NEIGHBOUR_OK" in other.stdout, other.stderr
     assert_gone(token)
 
 
+def test_thread_bomb_is_capped(sandbox_run: Run) -> None:
+    out = sandbox_run(py(THREAD_BOMB), timeout_s=30)
+    counts = [int(line.split()[1]) for line in out.stdout.splitlines()
+              if line.startswith("THREADS")]
+    assert counts and counts[0] < SMALL_LIMITS.pids, f"thread bomb got {counts} threads"
+    assert "NEXT_OK" in sandbox_run("echo NEXT_OK").stdout
+
+
 def test_double_forked_setsid_escapee_dies_with_the_action(
-    run: Run, token: str, assert_gone: Callable[[str], None]
+    sandbox_run: Run, token: str, assert_gone: Callable[[str], None]
 ) -> None:
     cmd = (f"(setsid sh -c 'trap \"\" HUP TERM; sleep 30; : {token}' </dev/null >/dev/null 2>&1 &);"
            f" (nohup sh -c 'sleep 30; : {token}' >/dev/null 2>&1 &); echo LAUNCHED")
-    out = run(cmd)
+    out = sandbox_run(cmd)
     assert "LAUNCHED" in out.stdout and out.exit_code == 0
     assert_gone(token)
+
+
+def test_no_process_of_an_action_outlives_it(
+    sandbox_run: Run, token: str, assert_gone: Callable[[str], None]
+) -> None:
+    for _ in range(3):
+        sandbox_run(f"(sleep 30 &); (sh -c 'sleep 30; : {token}' &); sh -c 'exit 0' & wait")
+    assert_gone(token)
+    out = sandbox_run("for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done "
+                      "2>/dev/null")
+    assert token not in out.stdout and "sleep 30" not in out.stdout, out.stdout
+
+
+@pytest.fixture()
+def host_sleepers() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Host processes the sandbox must not be able to signal: as root, uid 1000 and 65534."""
+    users = [None, 1000, 65534] if os.geteuid() == 0 else [None]
+    procs = [subprocess.Popen(["sleep", "60"], user=uid, group=uid,
+                              extra_groups=[] if uid is not None else None)
+             for uid in users]
+    yield procs
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def test_signals_cannot_reach_the_worker_or_the_host(
+    sandbox_run: Run, host_sleepers: list[subprocess.Popen[bytes]]
+) -> None:
+    sandbox_run("echo kept > state.txt", tid="sig")
+    targets = [os.getpid(), os.getppid(), *(p.pid for p in host_sleepers)]
+    code = f"""
+import os, signal
+me = os.getpid()
+for pid in sorted(set({targets} + list(range(1, 4096)))):
+    if pid == me:
+        continue
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+try:
+    os.kill(-1, signal.SIGKILL)
+except OSError:
+    pass
+print("SENT", flush=True)
+"""
+    sandbox_run(py(code), tid="sig", timeout_s=30)
+    time.sleep(0.2)
+    for proc in host_sleepers:
+        assert proc.poll() is None, f"host process (uid {proc.args}) was killed from the sandbox"
+    after = sandbox_run("cat state.txt", tid="sig")
+    assert after.stdout == "kept\n", "the trajectory's environment did not survive the attack"
+
+
+def test_ptrace_cannot_cross_the_sandbox(sandbox_run: Run) -> None:
+    code = f"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+PTRACE_SEIZE = 0x4206
+me, my_uid = os.getpid(), os.getuid()
+pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+for pid in sorted(set(pids + [{os.getpid()}, {os.getppid()}, 1])):
+    if pid == me:
+        continue
+    if libc.ptrace(PTRACE_SEIZE, pid, None, None) == 0:
+        try:
+            uid = [l.split()[1] for l in open(f"/proc/{{pid}}/status") if l.startswith("Uid:")][0]
+        except (OSError, IndexError):
+            uid = "?"
+        print("SEIZED", pid, uid, flush=True)
+print("MYUID", my_uid, flush=True)
+"""
+    out = sandbox_run(py(code))
+    my_uid = next(line.split()[1] for line in out.stdout.splitlines() if line.startswith("MYUID"))
+    seized = [line.split() for line in out.stdout.splitlines() if line.startswith("SEIZED")]
+    foreign = [entry for entry in seized if entry[2] != my_uid]
+    assert not foreign, f"ptrace reached processes of another uid: {foreign}"
+    status = Path(f"/proc/{os.getpid()}/status").read_text()
+    assert "TracerPid:\t0" in status
 
 
 # -- files ------------------------------------------------------------------------------------
 
 
-def test_huge_file_write_is_capped(run: Run, backend: BwrapBackend) -> None:
-    out = run("dd if=/dev/zero of=/work/big bs=1M count=200 2>&1; "
-              "dd if=/dev/zero of=/tmp/big bs=1M count=200 2>&1; "
-              "dd if=/dev/zero of=/dev/shm/big bs=1M count=200 2>&1; "
-              "ls -l /work/big /tmp/big /dev/shm/big")
+def test_huge_file_write_is_capped(sandbox_run: Run) -> None:
+    out = sandbox_run("dd if=/dev/zero of=/work/big bs=1M count=200 2>&1; "
+                      "dd if=/dev/zero of=/tmp/big bs=1M count=200 2>&1; "
+                      "dd if=/dev/zero of=/dev/shm/big bs=1M count=200 2>&1; "
+                      "ls -l /work/big /tmp/big /dev/shm/big")
     sizes = {line.split()[-1]: int(line.split()[4]) for line in out.stdout.splitlines()
              if line.startswith("-")}
     assert sizes, out.stdout + out.stderr
@@ -166,77 +281,127 @@ def test_huge_file_write_is_capped(run: Run, backend: BwrapBackend) -> None:
     assert out.workdir_bytes <= SMALL_LIMITS.file_size_mb * MB + MB
 
 
-def test_many_files_over_the_workdir_quota_are_caught(run: Run) -> None:
-    out = run("for i in 1 2 3 4 5 6; do dd if=/dev/zero of=f$i bs=1M count=7 2>/dev/null; done",
-              tid="hog")
+def test_many_files_over_the_workdir_quota_are_caught(sandbox_run: Run) -> None:
+    out = sandbox_run(
+        "for i in 1 2 3 4 5 6; do dd if=/dev/zero of=f$i bs=1M count=7 2>/dev/null; done",
+        tid="hog")
     assert out.workdir_exceeded and out.workdir_bytes > SMALL_LIMITS.workdir_mb * MB
     with pytest.raises(WorkdirQuotaError, match="end_trajectory"):
-        run("true", tid="hog")
+        sandbox_run("true", tid="hog")
 
 
-def test_tmpfs_sizes_are_capped(run: Run) -> None:
-    out = run("for d in /tmp /dev/shm; do for i in 1 2 3 4; do "
-              "dd if=/dev/zero of=$d/f$i bs=1M count=7 2>/dev/null; done; done; "
-              "du -sk /tmp /dev/shm")
-    for line in out.stdout.splitlines():
-        kib, path = line.split()
+def test_filling_tmp_and_shm_is_capped(sandbox_run: Run) -> None:
+    out = sandbox_run("for d in /tmp /dev/shm; do for i in 1 2 3 4; do "
+                      "dd if=/dev/zero of=$d/f$i bs=1M count=7 2>/dev/null; done; done; "
+                      "du -sk /tmp /dev/shm")
+    sizes = [line.split() for line in out.stdout.splitlines()]
+    assert len(sizes) == 2, out.stdout + out.stderr
+    for kib, path in sizes:
         assert int(kib) <= SMALL_LIMITS.tmp_mb * 1024, f"{path} holds {kib} KiB"
+    assert "STILL_OK" in sandbox_run("echo STILL_OK").stdout
 
 
-def test_etc_shadow_is_unreadable(run: Run) -> None:
+def test_etc_shadow_is_unreadable(sandbox_run: Run) -> None:
     secret = ""
     if Path("/etc/shadow").exists():
         lines = Path("/etc/shadow").read_text().splitlines()
         secret = lines[0] if lines else ""
-    out = run("cat /etc/shadow; cat /proc/1/root/etc/shadow; cat /work/../etc/shadow; "
-              "cat /etc/gshadow; ls /etc")
-    listing = out.stdout.split()
-    assert "shadow" not in listing and "gshadow" not in listing
+    out = sandbox_run("for f in /etc/shadow /proc/1/root/etc/shadow /work/../etc/shadow "
+                      "/etc/gshadow /etc/sudoers; do cat $f 2>/dev/null; done; echo END")
+    assert out.stdout == "END\n", f"read a shadow file: {out.stdout!r}"
     if secret:
         assert secret not in out.stdout and secret not in out.stderr
 
 
 @pytest.fixture()
-def host_targets(token: str, backend: BwrapBackend) -> Iterator[list[Path]]:
+def host_targets(token: str, sandbox: SandboxBackend) -> Iterator[list[Path]]:
     targets = [Path("/tmp") / token, Path("/var/tmp") / token, REPO / token,
-               Path("/root") / token, Path("/usr") / token, Path("/etc") / token,
-               backend.root_dir / token, backend.instance_dir / token]
+               Path("/root") / token, Path("/usr") / token, Path("/etc") / token]
+    for attr in ("root_dir", "instance_dir"):
+        if isinstance(getattr(sandbox, attr, None), Path):
+            targets.append(getattr(sandbox, attr) / token)
     yield targets
     for target in targets:
         target.unlink(missing_ok=True)
 
 
 def test_writes_outside_the_work_dir_do_not_reach_the_host(
-    run: Run, token: str, host_targets: list[Path], backend: BwrapBackend
+    sandbox_run: Run, token: str, host_targets: list[Path]
 ) -> None:
     writes = "; ".join(f"echo PWNED > {t} 2>/dev/null" for t in host_targets)
-    run(f"{writes}; mkdir -p /host && echo x > /host/{token}; echo done")
+    sandbox_run(f"{writes}; mkdir -p /host && echo x > /host/{token}; echo done")
     for target in host_targets:
         assert not target.exists(), f"sandbox wrote {target} on the host"
 
 
-def test_other_trajectories_files_are_out_of_reach(run: Run, backend: BwrapBackend) -> None:
-    run("echo SECRET-OF-A > secret.txt", tid="traj-a")
-    a_dir = backend.instance_dir / next(p.name for p in backend.instance_dir.iterdir())
-    out = run(f"cat {a_dir}/secret.txt ../*/secret.txt /work/../*/secret.txt; "
-              "find / -name secret.txt 2>/dev/null", tid="traj-b")
+def test_other_trajectories_files_are_out_of_reach(
+    sandbox_run: Run, sandbox: SandboxBackend
+) -> None:
+    sandbox_run("echo SECRET-OF-A > secret.txt", tid="traj-a")
+    host_dirs = ""
+    instance = getattr(sandbox, "instance_dir", None)
+    if isinstance(instance, Path):
+        host_dirs = " ".join(f"{p}/secret.txt" for p in instance.iterdir())
+    out = sandbox_run(f"cat {host_dirs} ../*/secret.txt /work/../*/secret.txt "
+                      "/proc/*/root/work/secret.txt /proc/*/cwd/secret.txt 2>/dev/null; "
+                      "find / -name secret.txt 2>/dev/null", tid="traj-b")
     assert "SECRET-OF-A" not in out.stdout
 
 
-def test_planted_symlink_does_not_redirect_spec_files(
-    run: Run, sandbox_root: Path, token: str
-) -> None:
+def test_symlink_tricks_do_not_leave_the_work_dir(sandbox_run: Run, token: str) -> None:
     victim = Path("/var/tmp") / f"{token}-victim"
     victim.write_text("original")
     try:
-        run(f"ln -s {victim} planted && mkdir d && ln -s /var/tmp d/up", tid="sym")
-        run("true", tid="sym", files={"planted": "PWNED"})
-        with pytest.raises(SandboxSpecError, match="not a directory"):
-            run("true", tid="sym", files={f"d/up/{token}-new": "PWNED"})
+        planted = sandbox_run(f"ln -s {victim} planted && mkdir d && ln -s /var/tmp d/up && "
+                              f"ln -s / rootlink && ln /etc/passwd hardlink 2>/dev/null; "
+                              f"echo PLANTED", tid="sym")
+        assert "PLANTED" in planted.stdout
+        sandbox_run("true", tid="sym", files={"planted": "PWNED"})
+        for path in (f"d/up/{token}-new", f"rootlink/var/tmp/{token}-new"):
+            with pytest.raises(SandboxSpecError, match="not a directory"):
+                sandbox_run("true", tid="sym", files={path: "PWNED"})
+        check = sandbox_run("test -L planted || echo REGULAR; cat planted", tid="sym")
+        assert check.stdout == "REGULAR\nPWNED", check.stdout
         assert victim.read_text() == "original"
         assert not (Path("/var/tmp") / f"{token}-new").exists()
     finally:
         victim.unlink(missing_ok=True)
+
+
+def test_proc_cannot_be_used_to_escape(sandbox_run: Run, token: str) -> None:
+    marker = Path("/var/tmp") / f"{token}-proc-marker"
+    marker.write_text(token)
+    core_pattern = Path("/proc/sys/kernel/core_pattern").read_text()
+    try:
+        out = sandbox_run(
+            f"for p in /proc/[0-9]* /proc/self /proc/thread-self; do "
+            f"cat $p/root/{marker} $p/cwd/../../../{marker} $p/root/../../{marker}; done; "
+            f"cat /proc/1/environ; head -c 16 /proc/kcore; head -c 16 /proc/kmem; "
+            f"v=$(cat /proc/sys/kernel/core_pattern) && "
+            f"printf '%s\\n' \"$v\" > /proc/sys/kernel/core_pattern && echo WROTE core_pattern; "
+            f"echo h > /proc/sysrq-trigger && echo WROTE sysrq; "
+            f"echo 1 > /proc/sys/vm/drop_caches && echo WROTE drop_caches; "
+            f"echo done", timeout_s=30)
+    finally:
+        marker.unlink(missing_ok=True)
+    assert token not in out.stdout, "the sandbox read a host file through /proc"
+    assert "WROTE" not in out.stdout, out.stdout
+    assert Path("/proc/sys/kernel/core_pattern").read_text() == core_pattern
+
+
+def test_root_and_dev_are_read_only(sandbox_run: Run) -> None:
+    out = sandbox_run("for p in /x /dev/x /etc/x /usr/x /proc/x /sys/x /usr/bin/x; do "
+                      "touch $p 2>/dev/null && echo WROTE $p; done; echo done")
+    assert "WROTE" not in out.stdout
+
+
+def test_raw_devices_are_out_of_reach(sandbox_run: Run) -> None:
+    out = sandbox_run("for d in /dev/mem /dev/kmem /dev/port /dev/kmsg /dev/vda /dev/sda "
+                      "/dev/nvme0n1 /dev/xvda /dev/loop0 /dev/fuse; do "
+                      "head -c 1 $d >/dev/null 2>&1 && echo READ $d; done; "
+                      "mknod /tmp/mem c 1 1 2>/dev/null && echo MKNOD; "
+                      "mknod /work/disk b 8 0 2>/dev/null && echo MKNOD; echo done")
+    assert "READ" not in out.stdout and "MKNOD" not in out.stdout, out.stdout
 
 
 # -- network ----------------------------------------------------------------------------------
@@ -244,9 +409,9 @@ def test_planted_symlink_does_not_redirect_spec_files(
 
 @pytest.fixture()
 def loopback_listener() -> Iterator[tuple[int, list[str]]]:
-    """A TCP listener on 127.0.0.1 that records every connection it accepts."""
+    """A TCP listener on all host addresses that records every connection it accepts."""
     server = socket.socket()
-    server.bind(("127.0.0.1", 0))
+    server.bind(("0.0.0.0", 0))
     server.listen()
     server.settimeout(0.2)
     accepted: list[str] = []
@@ -269,18 +434,31 @@ def loopback_listener() -> Iterator[tuple[int, list[str]]]:
     server.close()
 
 
+def _host_addresses() -> list[str]:
+    """This machine's IPv4 addresses that are not loopback (may be empty)."""
+    found = set()
+    with contextlib.suppress(OSError):
+        for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET):
+            found.add(str(info[4][0]))
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("10.255.255.255", 1))
+        found.add(probe.getsockname()[0])
+    return sorted(a for a in found if not a.startswith("127."))
+
+
 def test_local_redis_and_loopback_services_are_unreachable(
-    run: Run, loopback_listener: tuple[int, list[str]]
+    sandbox_run: Run, loopback_listener: tuple[int, list[str]]
 ) -> None:
     port, accepted = loopback_listener
     with socket.create_connection(("127.0.0.1", port), timeout=2):
         pass  # the listener works from the host
     time.sleep(0.3)
     baseline = len(accepted)
+    hosts = [("127.0.0.1", 6379), ("127.0.0.1", port), ("localhost", port), ("::1", 6379),
+             *((addr, port) for addr in _host_addresses())]
     code = f"""
 import socket
-for host, port in [("127.0.0.1", 6379), ("127.0.0.1", {port}), ("localhost", {port}),
-                   ("::1", 6379)]:
+for host, port in {hosts}:
     try:
         socket.create_connection((host, port), timeout=2).close()
         print("CONNECTED", host, port)
@@ -289,14 +467,70 @@ for host, port in [("127.0.0.1", 6379), ("127.0.0.1", {port}), ("localhost", {po
 lines = open("/proc/net/dev").read().splitlines()[2:]
 print("IFACES", ",".join(line.split(":")[0].strip() for line in lines))
 """
-    out = run(py(code), timeout_s=30)
+    out = sandbox_run(py(code), timeout_s=30)
     time.sleep(0.3)
     assert "CONNECTED" not in out.stdout, out.stdout
-    assert len(accepted) == baseline, "the sandbox reached a host loopback listener"
+    assert len(accepted) == baseline, "the sandbox reached a host listener"
     assert "IFACES lo\n" in out.stdout, f"network interfaces visible: {out.stdout}"
 
 
-# -- hardening checklist ----------------------------------------------------------------------
+def _host_unix_sockets() -> tuple[list[str], list[str]]:
+    """(abstract names, filesystem paths) of the host's listening unix sockets (a sample)."""
+    abstract, paths = [], []
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+            fields = line.split()
+            if len(fields) >= 8 and fields[3] == "00010000":  # listening
+                name = fields[7]
+                (abstract if name.startswith("@") else paths).append(name)
+    return sorted(set(abstract))[:40], sorted(set(paths))[:40]
+
+
+def test_sockets_of_every_family_are_contained(
+    sandbox_run: Run, loopback_listener: tuple[int, list[str]]
+) -> None:
+    abstract, paths = _host_unix_sockets()
+    code = f"""
+import socket
+opened = set()
+for family in range(0, 46):
+    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_RAW, socket.SOCK_SEQPACKET):
+        try:
+            socket.socket(family, kind).close()
+            opened.add(family)
+        except OSError:
+            pass
+print("OPENED", sorted(opened))
+for name in {abstract!r} + {paths!r}:
+    address = "\\0" + name[1:] if name.startswith("@") else name
+    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_SEQPACKET):
+        try:
+            with socket.socket(socket.AF_UNIX, kind) as s:
+                s.settimeout(1)
+                s.connect(address)
+                print("REACHED", name)
+        except OSError:
+            pass
+try:
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0) as s:
+        s.bind((0, 0))
+    print("NETLINK ok")
+except OSError as exc:
+    print("NETLINK", exc.errno)
+print("DONE")
+"""
+    out = sandbox_run(py(code), timeout_s=60)
+    assert "DONE" in out.stdout, out.stdout + out.stderr
+    opened_line = next(line for line in out.stdout.splitlines() if line.startswith("OPENED"))
+    opened = {int(f) for f in opened_line[len("OPENED "):].strip("[]").split(",") if f.strip()}
+    channels_out = {socket.AF_VSOCK, socket.AF_PACKET, 41}  # vsock, raw packets, AF_KCM
+    assert not opened & channels_out, f"socket families that lead out opened: {opened}"
+    assert opened <= {socket.AF_UNIX, socket.AF_INET, socket.AF_INET6, socket.AF_NETLINK,
+                      38}, f"unexpected socket families opened: {sorted(opened)}"
+    assert "REACHED" not in out.stdout, out.stdout
+
+
+# -- privileges -------------------------------------------------------------------------------
 
 
 def _host_uids_while_running(run: Run, tid: str, token: str,
@@ -323,38 +557,48 @@ def _host_uids_while_running(run: Run, tid: str, token: str,
 
 
 def test_runs_unprivileged_without_capabilities(
-    run: Run, backend: BwrapBackend, token: str, host_pids_with: Callable[[str], list[int]]
+    sandbox_run: Run, sandbox: SandboxBackend, token: str,
+    host_pids_with: Callable[[str], list[int]],
 ) -> None:
-    uids = _host_uids_while_running(run, "priv", token, host_pids_with)
+    uids = _host_uids_while_running(sandbox_run, "priv", token, host_pids_with)
     assert uids and 0 not in uids, f"sandboxed processes run as host uids {uids}"
-    if os.geteuid() == 0:
-        assert all(uid in backend.uids for uid in uids), uids
-    out = run("grep -E '^(Cap|NoNewPrivs|Seccomp:)' /proc/self/status")
+    if os.geteuid() == 0 and isinstance(sandbox, BwrapBackend):
+        assert all(uid in sandbox.uids for uid in uids), uids
+    out = sandbox_run("grep -E '^(Cap|NoNewPrivs|Seccomp:)' /proc/self/status")
     caps = dict(line.split(":\t") for line in out.stdout.splitlines() if ":\t" in line)
     for name in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
         assert int(caps[name], 16) == 0, f"{name} = {caps[name]}"
     assert caps["NoNewPrivs"] == "1" and caps["Seccomp"] == "2"
 
 
-def test_trajectories_run_as_distinct_uids(
-    run: Run, token: str, host_pids_with: Callable[[str], list[int]]
-) -> None:
-    a = _host_uids_while_running(run, "uid-a", token + "a", host_pids_with)
-    b = _host_uids_while_running(run, "uid-b", token + "b", host_pids_with)
-    assert a and b and not (a & b), (a, b)
+def test_privilege_escalation_fails(sandbox_run: Run) -> None:
+    out = sandbox_run(
+        "timeout 5 su -c 'echo ROOT-VIA-SU' root </dev/null 2>/dev/null; "
+        "mount -t tmpfs none /tmp 2>/dev/null && echo MOUNTED; "
+        "chroot / true 2>/dev/null && echo CHROOTED; "
+        + py("import os\nfor f in (lambda: os.setuid(0), lambda: os.setgid(0), "
+             "lambda: os.setgroups([0])):\n    try:\n        f()\n        print('BECAME ROOT')\n"
+             "    except OSError:\n        pass\nprint('UID', os.getuid(), os.geteuid())"),
+        timeout_s=60)
+    assert "ROOT-VIA-SU" not in out.stdout and "BECAME ROOT" not in out.stdout, out.stdout
+    assert "MOUNTED" not in out.stdout and "CHROOTED" not in out.stdout, out.stdout
+    uid_line = next(line for line in out.stdout.splitlines() if line.startswith("UID"))
+    assert "0" not in uid_line.split()[1:], uid_line
 
 
-def test_environment_secrets_do_not_leak(run: Run, token: str,
+def test_environment_secrets_do_not_leak(sandbox_run: Run, token: str,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TANGRAM_TEST_SECRET", token)
+    monkeypatch.setenv("TANGRAM_REDIS_URL", f"redis://:{token}@127.0.0.1:6379/0")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", token)
-    out = run("env; for f in /proc/self/environ /proc/1/environ /proc/[0-9]*/environ; do "
-              "tr '\\0' '\\n' < $f; done 2>/dev/null; cat /proc/1/cmdline")
+    out = sandbox_run(f"env; for f in /proc/self/environ /proc/1/environ /proc/[0-9]*/environ "
+                      f"/proc/{os.getpid()}/environ /proc/{os.getppid()}/environ; do "
+                      "tr '\\0' '\\n' < $f; done 2>/dev/null; cat /proc/1/cmdline")
     assert token not in out.stdout and token not in out.stderr
     assert "TANGRAM_UNITS=1" in out.stdout
 
 
-def test_inherited_file_descriptors_are_closed(run: Run, tmp_path: Path) -> None:
+def test_inherited_file_descriptors_are_closed(sandbox_run: Run, tmp_path: Path) -> None:
     secret = tmp_path / "secret-fd-target"
     secret.write_text("fd secret")
     leaked = os.open(secret, os.O_RDONLY)
@@ -372,7 +616,7 @@ for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
     except OSError:
         pass
 """
-        out = run(py(code))
+        out = sandbox_run(py(code))
     finally:
         os.close(leaked)
         sock.close()
@@ -382,10 +626,10 @@ for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
     assert "socket:" not in out.stdout
 
 
-def test_nested_user_namespaces_are_refused(run: Run) -> None:
-    out = run("unshare -U -r id -u && echo NESTED_OK; "
-              + py("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-                   "print('UNSHARE', libc.unshare(0x10000000), ctypes.get_errno())"))
+def test_nested_user_namespaces_are_refused(sandbox_run: Run) -> None:
+    out = sandbox_run("unshare -U -r id -u && echo NESTED_OK; "
+                      + py("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                           "print('UNSHARE', libc.unshare(0x10000000), ctypes.get_errno())"))
     assert "NESTED_OK" not in out.stdout
     assert "UNSHARE -1" in out.stdout
 
@@ -400,52 +644,64 @@ def test_nested_user_namespaces_are_refused(run: Run) -> None:
         ("perf_event_open", "libc.syscall(298, ctypes.create_string_buffer(128), 0, -1, -1, 0)"),
     ],
 )
-def test_dangerous_syscalls_are_refused(run: Run, name: str, call: str) -> None:
-    import platform
-
+def test_dangerous_syscalls_are_refused(sandbox_run: Run, name: str, call: str) -> None:
     if platform.machine() != "x86_64":
         pytest.skip("syscall numbers in this test are x86_64's")
     code = f"import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nr = {call}\n" \
            f"print('RESULT', r, ctypes.get_errno())"
-    out = run(py(code))
+    out = sandbox_run(py(code))
     assert "RESULT -1 1" in out.stdout, f"{name}: {out.stdout} {out.stderr}"
 
 
-def test_vsock_sockets_are_refused(run: Run) -> None:
-    out = run(py("import socket\ntry:\n    socket.socket(40, socket.SOCK_STREAM)\n"
-                 "    print('VSOCK_OPEN')\nexcept OSError as e:\n    print('ERRNO', e.errno)"))
-    assert "VSOCK_OPEN" not in out.stdout and "ERRNO 1" in out.stdout
-
-
-def test_root_and_dev_are_read_only(run: Run) -> None:
-    out = run("for p in /x /dev/x /etc/x /usr/x /proc/x; do "
-              "touch $p 2>/dev/null && echo WROTE $p; done; echo done")
-    assert "WROTE" not in out.stdout
-
-
-def test_output_is_capped_and_decoded(run: Run) -> None:
-    out = run("head -c 1000000 /dev/zero | tr '\\0' 'y'; head -c 100000 /dev/urandom >&2")
-    cap = SMALL_LIMITS.output_cap_bytes
-    assert out.stdout_truncated and out.stdout == "y" * cap
-    assert out.stderr_truncated and len(out.stderr.encode("utf-8", "surrogatepass")) >= cap
-
-
-def test_cpu_pinning_cannot_be_escaped(run: Run, backend: BwrapBackend,
+def test_cpu_pinning_cannot_be_escaped(sandbox_run: Run, sandbox: SandboxBackend,
                                        two_cores: tuple[int, int]) -> None:
-    assert backend.cgroups is not None and "cpuset" in backend.cgroups.controllers, (
-        f"cpuset cgroup not usable here: {getattr(backend.cgroups, 'unavailable', None)}")
+    require_cgroup(sandbox, "cpuset")
     first, second = two_cores
-    out = run(f"taskset -c {first} grep Cpus_allowed_list /proc/self/status; "
-              f"taskset -pc {first},{second} $$; grep Cpus_allowed_list /proc/self/status",
-              cores=(second,))
+    out = sandbox_run(f"taskset -c {first} grep Cpus_allowed_list /proc/self/status; "
+                      f"taskset -pc {first},{second} $$; grep Cpus_allowed_list /proc/self/status",
+                      cores=(second,))
     lists = [line.split()[-1] for line in out.stdout.splitlines()
              if line.startswith("Cpus_allowed_list")]
     assert lists and all(cpus == str(second) for cpus in lists), out.stdout + out.stderr
 
 
-def test_no_process_or_zombie_of_the_trajectory_outlives_its_actions(
-    run: Run, backend: BwrapBackend
+# -- output -----------------------------------------------------------------------------------
+
+
+def test_very_long_output_is_capped(sandbox_run: Run) -> None:
+    t0 = time.monotonic()
+    out = sandbox_run("head -c 50000000 /dev/zero | tr '\\0' 'y'; "
+                      "head -c 1000000 /dev/urandom >&2", timeout_s=60)
+    cap = SMALL_LIMITS.output_cap_bytes
+    assert out.stdout_truncated and out.stdout == "y" * cap
+    assert out.stderr_truncated and len(out.stderr.encode("utf-8", "surrogatepass")) >= cap
+    assert time.monotonic() - t0 < 30
+
+
+def test_binary_output_is_decoded_safely(sandbox_run: Run) -> None:
+    out = sandbox_run(
+        "head -c 1500 /dev/urandom; printf '\\000\\377\\376\\036tangram-end 0 0 0 0\\036'; "
+        "printf 'tail\\000end'; head -c 1500 /dev/urandom >&2; "
+        "printf '\\036tangram-ready\\036\\001\\000\\000\\000\\000\\000\\000\\377' >&2; "
+        "printf 'ERR-END' >&2")
+    assert out.exit_code == 0 and not out.stdout_truncated and not out.stderr_truncated
+    assert out.stdout.endswith("tail\x00end") and "\ufffd" in out.stdout
+    assert out.stderr.endswith("ERR-END") and "tangram-ready" in out.stderr
+    assert "tangram-end 0 0 0 0" in out.stdout
+
+
+# -- bubblewrap's own mechanisms ----------------------------------------------------------------
+
+
+def test_bwrap_trajectories_run_as_distinct_uids(
+    run: Run, token: str, host_pids_with: Callable[[str], list[int]]
 ) -> None:
+    a = _host_uids_while_running(run, "uid-a", token + "a", host_pids_with)
+    b = _host_uids_while_running(run, "uid-b", token + "b", host_pids_with)
+    assert a and b and not (a & b), (a, b)
+
+
+def test_bwrap_uid_has_no_process_left_after_its_actions(run: Run, backend: BwrapBackend) -> None:
     for _ in range(3):
         run("(sleep 30 &); sh -c 'exit 0' & wait")
     uid = backend._trajs["t1"].uid

@@ -11,7 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from tangram_celery.errors import SandboxError, SandboxSpecError, TangramError
+from tangram_celery.errors import (
+    SandboxEngineError,
+    SandboxError,
+    SandboxSpecError,
+    TangramError,
+)
 from tangram_celery.sandbox import (
     ExecSpec,
     SandboxLimits,
@@ -237,8 +242,11 @@ def test_cgroup_parsers() -> None:
 
 
 def test_make_backend_names(tmp_path: Path) -> None:
-    with pytest.raises(SandboxSetupError, match="not implemented yet"):
-        make_backend("docker", tmp_path, SandboxLimits())
+    t0 = time.monotonic()
+    with pytest.raises(SandboxEngineError, match="TANGRAM_SANDBOX_BACKEND=bwrap"):
+        make_backend("docker", tmp_path, SandboxLimits(), uid_base=1_500_000, uid_count=10,
+                     docker_url=f"unix://{tmp_path}/no-engine.sock")
+    assert time.monotonic() - t0 < 5
     with pytest.raises(SandboxSetupError, match="unknown sandbox backend"):
         make_backend("chroot", tmp_path, SandboxLimits())
 

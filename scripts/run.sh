@@ -10,7 +10,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 PYTHON="${PYTHON:-python3.11}"
 VENV="${TANGRAM_VENV:-$ROOT/.venv}"
-DEBIAN_PACKAGES=(bubblewrap redis-server python3 python3-pytest python3-pytest-xdist util-linux procps)
+DEBIAN_PACKAGES=(bubblewrap redis-server python3 python3-pytest python3-pytest-xdist util-linux procps
+  docker.io debootstrap chromium fonts-dejavu-core)
 
 log() { printf '[run.sh] %s\n' "$*" >&2; }
 

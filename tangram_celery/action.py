@@ -477,7 +477,8 @@ class Timings:
 class ActionResult:
     """What a training script gets back: the outcome, where it ran, and its ACT split.
 
-    ``act`` has ``queue`` (broker hand-off to admission with units), ``exec`` (the command
+    ``act`` has ``queue`` (from the hand-off to the broker, stamped just before the publish,
+    to admission with units), ``exec`` (the command
     itself), ``overhead`` (everything else: validation, routing, publish, sandbox setup, result
     store and fetch) and ``total``; the three parts add up to ``total`` by construction and each
     is measured from the stamps in ``timings``.

@@ -13,11 +13,12 @@ import time
 import weakref
 from typing import Any, Protocol
 
+import redis
 from celery import Celery, Task
 from celery.worker.consumer import Consumer
 from kombu.message import Message
 
-from tangram_celery import keys
+from tangram_celery import actlog, keys
 from tangram_celery.action import ID_PATTERN
 from tangram_celery.errors import ServiceError
 from tangram_celery.ledger import Ledger
@@ -40,6 +41,7 @@ class Runtime(Protocol):
 
 _RUNTIMES: weakref.WeakKeyDictionary[Celery, Runtime] = weakref.WeakKeyDictionary()
 _LEDGERS: weakref.WeakKeyDictionary[Celery, Ledger] = weakref.WeakKeyDictionary()
+_ACTS_CLIENTS: weakref.WeakKeyDictionary[Celery, redis.Redis] = weakref.WeakKeyDictionary()
 
 
 def attach_runtime(app: Celery, runtime: Runtime, ledger: Ledger | None = None) -> None:
@@ -108,13 +110,19 @@ def make_app(settings: Settings, name: str = "tangram") -> Celery:
     return app
 
 
-def execute_once(app: Celery, message: Any, received: float) -> dict[str, Any]:
-    """Run an action message through the app's runtime, at most one stored result per id."""
+def execute_once(
+    app: Celery, message: Any, received: float, queue: str = ""
+) -> dict[str, Any]:
+    """Run an action message through the app's runtime, at most one stored result per id.
+
+    Every result that ran gets the worker's view of its ACT and is appended to the ACT log
+    (:mod:`tangram_celery.actlog`) under ``queue``, the queue it was delivered from.
+    """
     runtime = runtime_of(app)
     ledger = _LEDGERS.get(app)
     action_id = message.get("id") if isinstance(message, dict) else None
     if ledger is None or not isinstance(action_id, str) or not ID_PATTERN.fullmatch(action_id):
-        return runtime.execute(message, received)
+        return _observed(app, message, runtime.execute(message, received), queue)
     prior = ledger.stored(action_id)
     if prior is not None:
         log.info("action %s was delivered again; returning its stored result", action_id)
@@ -122,13 +130,34 @@ def execute_once(app: Celery, message: Any, received: float) -> dict[str, Any]:
     attempt = ledger.begin(action_id)
     result = runtime.execute(message, received)
     result["attempts"] = attempt
-    return ledger.store(action_id, result)
+    return ledger.store(action_id, _observed(app, message, result, queue))
+
+
+def _observed(app: Celery, message: Any, result: dict[str, Any], queue: str) -> dict[str, Any]:
+    """The worker's view of ``result``, appended to the ACT log; a log failure is only logged."""
+    viewed = actlog.worker_view(result, message)
+    try:
+        actlog.append(_acts_client(app), actlog.act_record(viewed, queue))
+    except Exception:  # metrics must never fail an action
+        log.warning("could not append to the ACT log", exc_info=True)
+    return viewed
+
+
+def _acts_client(app: Celery) -> redis.Redis:
+    """The app's Redis connection for the ACT log, made on first use."""
+    client = _ACTS_CLIENTS.get(app)
+    if client is None:
+        client = redis.Redis.from_url(app.conf.broker_url, socket_timeout=2.0,
+                                      socket_connect_timeout=2.0)
+        _ACTS_CLIENTS[app] = client
+    return client
 
 
 def _register_action_task(app: Celery, kind: str) -> None:
     @app.task(name=keys.task_name(kind), bind=True, acks_late=True)  # type: ignore[untyped-decorator]
     def run_action(self: Task, message: dict[str, Any]) -> dict[str, Any]:
-        return execute_once(self.app, message, time.time())
+        queue = (self.request.delivery_info or {}).get("routing_key") or ""
+        return execute_once(self.app, message, time.time(), str(queue))
 
 
 def _register_end_trajectory(app: Celery) -> None:

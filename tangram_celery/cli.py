@@ -27,12 +27,60 @@ def build_parser() -> argparse.ArgumentParser:
                      help="admission window: messages held at once (default max(2N, N+4))")
     cpu.add_argument("--loglevel", default="INFO")
 
+    api = pools.add_parser("api", help="a basic pool worker for one quota-limited API")
+    api.add_argument("--api", required=True, help="API name declared in TANGRAM_API_LIMITS")
+    api.add_argument("--concurrency", type=int, default=None,
+                     help="messages held at once (default from the API's limits)")
+    api.add_argument("--loglevel", default="INFO")
+
+    from tangram_celery.gpu_pool import add_worker_arguments
+
+    add_worker_arguments(pools.add_parser(
+        "gpu", help="a GPU reward pool worker (Triton reward models; simulated GPU ids on CPU)"
+    ))
+
+    from tangram_celery import flower, metrics, status
+
+    flower.add_arguments(commands.add_parser(
+        "flower", help="Flower on the configured broker, basic auth by default"))
+    metrics.add_arguments(commands.add_parser(
+        "exporter", help="Prometheus exporter: ACT per kind and pool, queue depths, pool units"))
+    status.add_arguments(commands.add_parser(
+        "status", help="pools, workers, queue depths, units and resident reward models"))
+
     demo = commands.add_parser("demo", help="run a small agentic-coding batch and print ACT")
     demo.add_argument("--trajectories", type=int, default=4)
     demo.add_argument("--code-actions", type=int, default=3)
     demo.add_argument("--nodes", type=int, default=2)
     demo.add_argument("--cores", type=int, default=2, help="cores per node")
     return parser
+
+
+def run_worker(settings: Settings, args: argparse.Namespace) -> int:
+    """Run the worker of the pool type named on the command line until it is stopped."""
+    if args.pool == "cpu":
+        from tangram_celery.worker import run_cpu_worker
+
+        run_cpu_worker(settings, args.node, args.cores, args.memory_mb, args.concurrency,
+                       args.loglevel)
+    elif args.pool == "api":
+        from tangram_celery.api_pool import run_api_worker
+
+        run_api_worker(settings, args.api, args.concurrency, args.loglevel)
+    elif args.pool == "gpu":
+        from tangram_celery.gpu_pool import run_from_args
+
+        run_from_args(settings, args)
+    return 0
+
+
+def run_tool(settings: Settings, args: argparse.Namespace) -> int:
+    """``tangram flower``, ``tangram exporter`` or ``tangram status``."""
+    from tangram_celery import flower, metrics, status
+
+    runners = {"flower": flower.run_from_args, "exporter": metrics.run_from_args,
+               "status": status.run_from_args}
+    return runners[args.command](settings, args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -42,11 +90,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = Settings.from_env()
         if args.command == "worker":
-            from tangram_celery.worker import run_cpu_worker
-
-            run_cpu_worker(settings, args.node, args.cores, args.memory_mb, args.concurrency,
-                           args.loglevel)
-            return 0
+            return run_worker(settings, args)
+        if args.command in {"flower", "exporter", "status"}:
+            return run_tool(settings, args)
         from tangram_celery.demo import DemoConfig
         from tangram_celery.demo import main as demo_main
 

@@ -14,27 +14,40 @@ Every action is validated here, before anything is sent; a bad one raises
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 from celery import Celery
+from kombu.exceptions import OperationalError
 
 from tangram_celery import keys
 from tangram_celery.action import Action, ActionResult, parse_action
 from tangram_celery.app import END_TRAJECTORY_TASK, make_app
-from tangram_celery.errors import ActionFailed, ActionTimeout
+from tangram_celery.errors import (
+    ActionFailed,
+    ActionTimeout,
+    BrokerAuthFailed,
+    BrokerUnreachable,
+)
+from tangram_celery.feasibility import check_api, check_cpu, check_gpu
+from tangram_celery.inventory import GpuPoolView, gpu_pool_view
+from tangram_celery.managers.basic import parse_api_limits
 from tangram_celery.node import action_limits
+from tangram_celery.progress import result_progress
 from tangram_celery.registry import Registry
-from tangram_celery.router import queue_for, trajectory_memory_mb
+from tangram_celery.router import DEFAULT_GPU_POOL, queue_for, trajectory_memory_mb
 from tangram_celery.settings import Settings
 from tangram_celery.waiter import ResultWaiter
 
 PIN_CACHE_S = 1.0
+GPU_POOL_CACHE_S = 5.0
 
 
 @dataclass
@@ -102,6 +115,10 @@ class TangramClient:
         self._waiter = ResultWaiter(redis.Redis.from_url(settings.result_backend_url))
         self._limits = action_limits(settings)
         self._pins: dict[str, tuple[str, float]] = {}
+        self._apis = parse_api_limits(settings.api_limits)
+        self._node_cores: dict[str, int] = {}
+        self._gpu_pools: dict[str, tuple[GpuPoolView | None, float]] = {}
+        self._reached = False
 
     @classmethod
     def from_env(cls) -> TangramClient:
@@ -120,21 +137,34 @@ class TangramClient:
         self._redis.close()
 
     def submit(self, action: Action | Mapping[str, Any]) -> ActionHandle:
-        """Validate, stamp, route and publish one action; returns its handle at once."""
+        """Validate, stamp, route and publish one action; returns its handle at once.
+
+        Raises :class:`ValidationError` or :class:`RoutingError` for an action no pool can ever
+        run, and :class:`BrokerUnreachable` when Redis does not answer.
+        """
         submitted = time.time()
         body = action.to_json() if isinstance(action, Action) else dict(action)
         body["submitted_at"] = submitted
         checked = parse_action(body, self._limits)
-        queue = queue_for(checked, self._node_for(checked))
-        self.app.send_task(
-            keys.task_name(checked.kind),
-            args=[checked.to_json()],
-            queue=queue,
-            task_id=checked.id,
-            argsrepr=checked.summary(),
-            kwargsrepr="{}",
-        )
-        return ActionHandle(checked, queue, submitted, time.time(), self)
+        if checked.apis():
+            check_api(checked, self._apis)
+        try:
+            if not self._reached:
+                self._redis.ping()
+                self._reached = True
+            queue = queue_for(checked, self._node_for(checked))
+            published = time.time()
+            self.app.send_task(
+                keys.task_name(checked.kind),
+                args=[checked.to_json()],
+                queue=queue,
+                task_id=checked.id,
+                argsrepr=checked.summary(),
+                kwargsrepr="{}",
+            )
+        except (redis.ConnectionError, redis.TimeoutError, OperationalError) as exc:
+            raise broker_error(self.settings.redis_url, exc) from None
+        return ActionHandle(checked, queue, submitted, published, self)
 
     def submit_many(self, actions: Iterable[Action | Mapping[str, Any]]) -> list[ActionHandle]:
         """Submit several actions in order; validation of all happens before any is sent."""
@@ -144,23 +174,43 @@ class TangramClient:
         return [self.submit(body) for body in bodies]
 
     def run_batch(
-        self, actions: Iterable[Action | Mapping[str, Any]], timeout: float | None = None
+        self, actions: Iterable[Action | Mapping[str, Any]], timeout: float | None = None,
+        progress: bool = False,
     ) -> list[ActionResult]:
-        """Submit all actions, then return their results in the order given."""
+        """Submit all actions, then return their results in the order given.
+
+        ``progress=True`` shows a ``rich`` progress bar on stderr while results arrive.
+        """
         handles = self.submit_many(actions)
         deadline = None if timeout is None else time.monotonic() + timeout
         results = []
-        for handle in handles:
-            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            results.append(handle.result(left))
+        with self._progress(handles, progress):
+            for handle in handles:
+                left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+                results.append(handle.result(left))
         return results
 
     async def arun_batch(
-        self, actions: Iterable[Action | Mapping[str, Any]], timeout: float | None = None
+        self, actions: Iterable[Action | Mapping[str, Any]], timeout: float | None = None,
+        progress: bool = False,
     ) -> list[ActionResult]:
         """The asyncio form of :meth:`run_batch`."""
         handles = self.submit_many(actions)
-        return list(await asyncio.gather(*(h.aresult(timeout) for h in handles)))
+        with self._progress(handles, progress):
+            return list(await asyncio.gather(*(h.aresult(timeout) for h in handles)))
+
+    @contextlib.contextmanager
+    def _progress(self, handles: Sequence[ActionHandle], enabled: bool) -> Iterator[None]:
+        """Advance a progress bar as each handle's result arrives (nothing when disabled)."""
+        if not enabled:
+            yield
+            return
+        with result_progress(len(handles)) as advance:
+            for handle in handles:
+                self._waiter.wait_for(self._result_key(handle.id)).add_done_callback(
+                    _ignore_argument(advance)
+                )
+            yield
 
     def end_trajectory(self, trajectory_id: str) -> None:
         """Free a trajectory's environment (its files, its memory reservation) on its node."""
@@ -181,19 +231,42 @@ class TangramClient:
 
     def _node_for(self, action: Action) -> str | None:
         if action.pool != "cpu":
+            if action.pool == "gpu":
+                pool = str(action.payload.get("pool", DEFAULT_GPU_POOL))
+                check_gpu(action, self._gpu_pool(pool))
             return None
         cached = self._pins.get(action.trajectory_id)
         now = time.monotonic()
         if cached is not None and now - cached[1] < PIN_CACHE_S:
-            return cached[0]
-        memory = trajectory_memory_mb(action, self.settings.trajectory_memory_mb)
-        node = self._registry.pin(action.trajectory_id, int(action.units().min), memory)
-        self._pins[action.trajectory_id] = (node, now)
+            node = cached[0]
+        else:
+            memory = trajectory_memory_mb(action, self.settings.trajectory_memory_mb)
+            node = self._registry.pin(action.trajectory_id, int(action.units().min), memory)
+            self._pins[action.trajectory_id] = (node, now)
+        if self._node_cores.get(node, 0) < action.units().min:
+            self._node_cores = {n.name: n.cores for n in self._registry.nodes()}
+        if node in self._node_cores:
+            check_cpu(action, node, self._node_cores[node])
         return node
+
+    def _gpu_pool(self, name: str) -> GpuPoolView | None:
+        """What GPU pool ``name`` publishes (cached a few seconds), if anything."""
+        cached = self._gpu_pools.get(name)
+        now = time.monotonic()
+        if cached is not None and now - cached[1] < GPU_POOL_CACHE_S:
+            return cached[0]
+        raw = self._redis.hgetall(keys.gpu_pool(name))
+        view = gpu_pool_view(name, raw, time.time(), self.settings.node_ttl_s) if raw else None
+        self._gpu_pools[name] = (view, now)
+        return view
 
     def _result_key(self, action_id: str) -> bytes:
         key = self.app.backend.get_key_for_task(action_id)
         return key if isinstance(key, bytes) else str(key).encode()
+
+
+def _ignore_argument(callback: Callable[[], None]) -> Callable[[Any], None]:
+    return lambda _: callback()
 
 
 def code_action(
@@ -201,6 +274,21 @@ def code_action(
 ) -> Action:
     """A Python snippet run in the trajectory's sandbox (kind ``exec``)."""
     return _build("exec", trajectory_id, {"code": code, **fields.pop("payload", {})}, cpu, fields)
+
+
+AUTH_MARKS = ("WRONGPASS", "NOAUTH", "invalid password", "username-password")
+
+
+def broker_error(url: str, exc: Exception) -> BrokerUnreachable:
+    """The project's error for a failed broker call: :class:`BrokerAuthFailed` when Redis
+    refused the credentials, else :class:`BrokerUnreachable`; one line, no password."""
+    reason = " ".join(str(exc).split())
+    password = urlsplit(url).password
+    if password:
+        reason = reason.replace(password, "***")
+    if isinstance(exc, redis.AuthenticationError) or any(m in reason for m in AUTH_MARKS):
+        return BrokerAuthFailed(url, reason)
+    return BrokerUnreachable(url, reason)
 
 
 def command_action(

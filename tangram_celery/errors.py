@@ -67,9 +67,47 @@ class ServiceError(TangramError):
     """A service the project needs (Redis, Triton, dockerd) is missing or did not answer."""
 
 
+class TritonUnavailable(ServiceError):
+    """Triton did not answer (connection refused, unavailable) or lost a model it held (it was
+    restarted); worth retrying until the server is back."""
+
+
 class ActionTimeout(TangramError, TimeoutError):
     """A client waited longer than its timeout for an action's result; the action may still run."""
 
 
 class ActionFailed(TangramError):
     """The worker could not execute an action (not the same as a non-zero exit of its command)."""
+
+
+class SandboxEngineError(SandboxSetupError):
+    """The container engine (dockerd) is missing, unreachable or refuses us; the message says how
+    to start it or how to switch to the embedded backend."""
+
+
+class BrokerUnreachable(ServiceError):
+    """Redis (the broker) did not answer; the message names where (never the password) and what
+    to do."""
+
+    def __init__(self, url: str, reason: object) -> None:
+        super().__init__(
+            f"cannot reach the broker (Redis) at {self.where(url)}: {reason}; start Redis there "
+            "or point TANGRAM_REDIS_URL at a running one"
+        )
+
+    @staticmethod
+    def where(url: str) -> str:
+        """``host:port/db`` of a Redis URL, without scheme or password."""
+        return url.rsplit("@", 1)[-1].split("://", 1)[-1]
+
+
+class BrokerAuthFailed(BrokerUnreachable):
+    """Redis (the broker) refused our credentials (AUTH); the message names where (never the
+    password) and which setting to fix."""
+
+    def __init__(self, url: str, reason: object) -> None:
+        ServiceError.__init__(
+            self,
+            f"the broker (Redis) at {self.where(url)} refused the password: {reason}; put the "
+            "right one in TANGRAM_REDIS_URL (redis://:PASSWORD@host:port/db)",
+        )

@@ -107,3 +107,30 @@ def action_attempts(action_id: str) -> str:
 
 DEAD_LETTERS = f"{PREFIX}:deadletter"
 DUPLICATE_RESULTS = f"{PREFIX}:stats:duplicate-results"
+
+# Monitoring (see tangram_celery.actlog, tangram_celery.inventory).
+METRICS_ACTS = f"{PREFIX}:metrics:acts"
+"""Capped stream: one compact ACT record per executed action, appended by workers and read by
+``tangram exporter`` (fields: see :func:`tangram_celery.actlog.act_record`)."""
+
+GPU_POOLS = f"{PREFIX}:gpu:pools"
+"""Set of the GPU pools that publish their inventory (see :func:`gpu_pool`)."""
+
+
+def gpu_pool(name: str) -> str:
+    """Hash a GPU pool worker publishes about itself, read by ``tangram status`` and the exporter.
+
+    Fields (all optional but ``gpus``): ``gpus`` and ``free_gpus`` (ints), ``heartbeat`` (epoch
+    seconds), ``worker`` (its Celery node name), ``models`` (JSON list of the reward models it
+    serves) and ``residents`` (JSON list of ``{"model": str, "gpus": [int, ...]}``).
+    """
+    return f"{PREFIX}:gpu:pool:{name}"
+
+AUTOSCALE_POOLS = f"{PREFIX}:autoscale:pools"
+"""Set of the pools the autoscaler sizes (see :func:`autoscale_pool`)."""
+
+
+def autoscale_pool(pool: str) -> str:
+    """Hash the autoscaler publishes per pool each tick: ``target`` and ``actual`` (members),
+    ``units`` (per member), ``action`` (up/down/hold), ``reason`` and ``at`` (epoch seconds)."""
+    return f"{PREFIX}:autoscale:pool:{pool}"

@@ -8,7 +8,6 @@ gives the cores back whatever happens, and returns the result with its timestamp
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -19,6 +18,7 @@ from tangram_celery.errors import SandboxError, ValidationError
 from tangram_celery.registry import Registry
 from tangram_celery.sandbox import ExecOutcome, ExecSpec, SandboxBackend, rewrite_parallelism
 from tangram_celery.scheduling import DurationModel, Signature
+from tangram_celery.serving import Heartbeat, rejected_result
 from tangram_celery.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -44,25 +44,35 @@ def api_names(api_limits: str) -> list[str]:
     return list(parse_api_limits(api_limits))
 
 
-def signature_of(action: Action) -> Signature:
-    """The duration model's key of an action: its kind and the submitter's signature."""
-    return (action.kind, action.signature)
+def signature_of(action: Action, key: str | None = None) -> Signature:
+    """The duration model's key of an action: its kind and the submitter's signature (or
+    ``key`` in its place, e.g. a GPU pool's fallback to the reward model's name)."""
+    return (action.kind, action.signature if key is None else key)
 
 
-def request_for(action: Action, arrived: float, model: DurationModel | None = None) -> Request:
+def request_for(
+    action: Action,
+    arrived: float,
+    model: DurationModel | None = None,
+    allowed: Sequence[int] | None = None,
+    key: str | None = None,
+) -> Request:
     """The admission request of an action: allowed unit counts with expected durations.
 
     An action without elasticity may only get its minimum. Durations come from its own T1 and
     E(m) when given, else from the online model once it knows the action's signature, else
-    they are unknown (the scheduler then admits the action at its minimum).
+    they are unknown (the scheduler then admits the action at its minimum). ``allowed`` narrows
+    the unit counts to those the pool can serve (default: the cost vector's, ascending);
+    ``key`` replaces the signature in the model's key (see :func:`signature_of`).
     """
-    allowed = action.units().allowed_units()
+    allowed = action.units().allowed_units() if allowed is None else tuple(allowed)
     if action.elasticity is None:
         allowed = allowed[:1]
+    signature = signature_of(action, key)
     if action.t1 is not None:
         options = tuple((m, action.expected_duration(m)) for m in allowed)
-    elif model is not None and action.signature and model.known(signature_of(action)):
-        options = model.options(signature_of(action), allowed)
+    elif model is not None and signature[1] and model.known(signature):
+        options = model.options(signature, allowed)
     else:
         options = tuple((m, None) for m in allowed)
     return Request(action.id, options, arrived, action.signature)
@@ -110,6 +120,8 @@ def outcome_output(outcome: ExecOutcome) -> dict[str, Any]:
         "stderr": outcome.stderr,
         "stdout_truncated": outcome.stdout_truncated,
         "stderr_truncated": outcome.stderr_truncated,
+        "environment_replaced": outcome.environment_replaced,
+        "replaced_reason": outcome.replaced_reason,
     }
 
 
@@ -137,24 +149,19 @@ class CpuNode:
         self.cpus = tuple(cpus)
         self.model = model or DurationModel()
         self._limits = action_limits(settings)
-        self._stop = threading.Event()
-        self._heartbeat: threading.Thread | None = None
+        self._heartbeat = Heartbeat(f"tangram-heartbeat-{name}", settings.node_heartbeat_s,
+                                    self._beat)
 
     def start(self) -> None:
         """Register the node and start its heartbeat."""
         if self.registry is None:
             return
         self.registry.register_node(self.name, self.admission.total, self.memory_mb)
-        self._heartbeat = threading.Thread(
-            target=self._beat, name=f"tangram-heartbeat-{self.name}", daemon=True
-        )
         self._heartbeat.start()
 
     def stop(self) -> None:
         """Deregister, stop the heartbeat and remove every sandbox of this node."""
-        self._stop.set()
-        if self._heartbeat is not None:
-            self._heartbeat.join(timeout=5)
+        self._heartbeat.stop()
         if self.registry is not None:
             try:
                 self.registry.deregister_node(self.name)
@@ -167,10 +174,10 @@ class CpuNode:
         try:
             action = parse_action(message, self._limits)
         except ValidationError as exc:
-            return _rejected(message, str(exc), self.name, received)
+            return rejected_result(message, str(exc), self.name, received)
         if action.pool != "cpu":
-            return _rejected(message, f"{action.kind} actions do not run on CPU nodes", self.name,
-                             received)
+            return rejected_result(message, f"{action.kind} actions do not run on CPU nodes",
+                                   self.name, received)
         return self._run(action, received).to_json()
 
     def physical(self, units: Sequence[int]) -> tuple[int, ...]:
@@ -221,26 +228,5 @@ class CpuNode:
             log.warning("could not record the allocation of %s", action_id, exc_info=True)
 
     def _beat(self) -> None:
-        assert self.registry is not None
-        while not self._stop.wait(self.settings.node_heartbeat_s):
-            try:
-                self.registry.heartbeat(self.name, self.admission.free_count())
-            except Exception:
-                log.warning("heartbeat of node %s failed", self.name, exc_info=True)
-
-
-def _rejected(
-    message: Mapping[str, Any] | Any, reason: str, node: str, received: float
-) -> dict[str, Any]:
-    data = message if isinstance(message, Mapping) else {}
-    now = time.time()
-    result = ActionResult(
-        action_id=str(data.get("id", ""))[:128],
-        trajectory_id=str(data.get("trajectory_id", ""))[:128],
-        kind=str(data.get("kind", ""))[:32],
-        status="rejected",
-        node=node,
-        timings=Timings(received=received, stored=now),
-        error=reason,
-    )
-    return result.to_json()
+        if self.registry is not None:
+            self.registry.heartbeat(self.name, self.admission.free_count())

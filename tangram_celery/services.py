@@ -20,6 +20,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import redis
+from celery import Celery
 
 from tangram_celery.errors import ServiceError
 from tangram_celery.registry import Registry
@@ -169,13 +170,50 @@ def spawn_cpu_worker(
     """Start ``tangram worker cpu`` as a subprocess with the given ``TANGRAM_`` environment."""
     argv = [sys.executable, "-m", "tangram_celery.cli", "worker", "cpu", "--node", node,
             "--cores", str(cores), *extra_args]
+    return spawn_process(argv, env, log_path)
+
+
+def spawn_gpu_worker(
+    env: Mapping[str, str], pool: str, gpus: int, log_path: Path | None = None,
+    extra_args: Sequence[str] = (),
+) -> subprocess.Popen[bytes]:
+    """Start a GPU pool worker (``python -m tangram_celery.gpu_pool``) as a subprocess with the
+    given ``TANGRAM_`` environment; its Celery node name is
+    :func:`tangram_celery.gpu_pool.worker_name` of the process id."""
+    argv = [sys.executable, "-m", "tangram_celery.gpu_pool", "--pool", pool,
+            "--gpus", str(gpus), *extra_args]
+    return spawn_process(argv, env, log_path)
+
+
+def spawn_process(
+    argv: Sequence[str], env: Mapping[str, str], log_path: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in its own session with ``env`` over ours; output appended to
+    ``log_path`` (discarded without one)."""
     output = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
     try:
-        return subprocess.Popen(argv, env={**os.environ, **env}, stdout=output,
+        return subprocess.Popen(list(argv), env={**os.environ, **env}, stdout=output,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     finally:
         if log_path:
             output.close()  # type: ignore[union-attr]
+
+
+def wait_for_worker(
+    app: Celery, name: str, process: subprocess.Popen[bytes] | None = None,
+    timeout: float = 60.0,
+) -> None:
+    """Block until the Celery worker ``name`` answers a ping (it then consumes its queue).
+
+    Raises :class:`ServiceError` when ``process`` exits first or after ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise ServiceError(f"worker {name} exited with {process.returncode}; see its log")
+        if app.control.ping(destination=[name], timeout=0.5, limit=1):
+            return
+    raise ServiceError(f"worker {name} did not answer within {timeout} s; see its log")
 
 
 def wait_for_nodes(registry: Registry, names: Sequence[str], timeout: float = 30.0) -> None:

@@ -27,7 +27,12 @@ class Settings:
     redis_url: str = "redis://127.0.0.1:6379/0"
     result_url: str = ""
     sandbox_backend: str = "bwrap"
-    sandbox_root: Path = Path("/var/tmp/tangram-sandboxes")
+    sandbox_docker_url: str = "unix:///var/run/docker.sock"
+    sandbox_docker_image: str = "tangram-sandbox:bookworm-1"
+    sandbox_idle_ttl_s: float = 900.0
+    sandbox_warm_pool_min: int = 1
+    sandbox_warm_pool_max: int = 8
+    sandbox_root: Path = Path("/var/tmp/tangram-sandboxes")  # nosec B108 # default root; world-traversable for sandbox uids, not a temp file
     sandbox_uid_base: int = 1_500_000
     sandbox_memory_mb: int = 512
     sandbox_pids: int = 128
@@ -45,6 +50,12 @@ class Settings:
     result_ttl_s: int = 86400
     trajectory_ttl_s: int = 6 * 3600
     admission_window: int = 0
+    flower_address: str = "127.0.0.1"
+    flower_port: int = 5555
+    flower_user: str = "tangram"
+    flower_password: str = ""
+    exporter_address: str = "127.0.0.1"
+    exporter_port: int = 9808
     scheduler: str = "elastic"
     scheduler_depth: int = 2
     triton_url: str = "http://127.0.0.1:8000"

@@ -10,17 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from celery.signals import worker_ready, worker_shutdown
 
 from tangram_celery import keys
 from tangram_celery.admission import Policy, fcfs_minimum
-from tangram_celery.app import attach_runtime, make_app
-from tangram_celery.ledger import Ledger
 from tangram_celery.node import CpuNode
 from tangram_celery.placement import cpu_pool_factory, elastic_policy
 from tangram_celery.registry import Registry
 from tangram_celery.sandbox import SandboxLimits, make_backend
 from tangram_celery.scheduling import SchedulerConfig
+from tangram_celery.serving import admission_window, serve
 from tangram_celery.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -53,14 +51,29 @@ def node_uid_base(base: int, name: str) -> int:
     return base + (zlib.crc32(name.encode()) % NODE_UID_SLOTS) * UIDS_PER_NODE
 
 
+def backend_options(settings: Settings, node: str) -> dict[str, Any]:
+    """The keyword options of the configured sandbox backend."""
+    if settings.sandbox_backend == "docker":
+        from tangram_celery.sandbox.docker import WarmPoolPolicy
+
+        return {
+            "docker_url": settings.sandbox_docker_url,
+            "image": settings.sandbox_docker_image,
+            "idle_ttl_s": settings.sandbox_idle_ttl_s,
+            "warm_pool": WarmPoolPolicy(settings.sandbox_warm_pool_min,
+                                        settings.sandbox_warm_pool_max),
+        }
+    return {"uid_base": node_uid_base(settings.sandbox_uid_base, node),
+            "uid_count": UIDS_PER_NODE}
+
+
 def build_cpu_node(settings: Settings, name: str, cores: int, memory_mb: float) -> CpuNode:
     """A CPU node runtime with its sandbox backend and Redis registry."""
     sandbox = make_backend(
         settings.sandbox_backend,
         settings.sandbox_root / name,
         sandbox_limits(settings),
-        uid_base=node_uid_base(settings.sandbox_uid_base, name),
-        uid_count=UIDS_PER_NODE,
+        **backend_options(settings, name),
     )
     registry = Registry(
         redis.Redis.from_url(settings.redis_url), settings.node_ttl_s, settings.trajectory_ttl_s
@@ -107,23 +120,7 @@ def run_cpu_worker(
     concurrency: int | None = None, loglevel: str = "INFO",
 ) -> None:
     """Run a CPU node worker in this process until it is told to stop."""
-    app = make_app(settings)
     node = build_cpu_node(settings, name, cores, memory_mb)
-    attach_runtime(app, node, Ledger(redis.Redis.from_url(settings.redis_url),
-                                     settings.result_ttl_s))
-    window = concurrency or settings.admission_window or max(2 * cores, cores + 4)
-
-    def on_ready(**_: Any) -> None:
-        node.start()
-        log.info("CPU node %s ready: %d cores, window %d", name, cores, window)
-
-    def on_shutdown(**_: Any) -> None:
-        node.stop()
-
-    worker_ready.connect(on_ready, weak=False)
-    worker_shutdown.connect(on_shutdown, weak=False)
-    app.worker_main([
-        "worker", "-Q", keys.cpu_queue(name), "-P", "threads", "-c", str(window),
-        "-n", f"cpu-{name}@%h", "-E", "--without-mingle", "--without-gossip",
-        "-l", loglevel,
-    ])
+    window = admission_window(settings, cores, concurrency)
+    serve(settings, node, keys.cpu_queue(name), f"cpu-{name}@%h", window, loglevel,
+          f"CPU node {name} ready: {cores} cores, window {window}")

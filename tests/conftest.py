@@ -75,3 +75,27 @@ def cpu_workers(
             print(f"--- {log.name} ---\n{text[-4000:]}")
     with contextlib.suppress(OSError):
         os.rmdir(settings.sandbox_root)
+
+
+@pytest.fixture(scope="session")
+def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A real tritonserver (from nvidia-pytriton) on the repository's ``triton_models/``, on free
+    loopback ports for the whole session, stopped at the end. Shared by the reward tests and the
+    GPU pool tests. When the binary cannot start on a machine the fixture **fails** with the
+    server's log: these tests never pass vacuously."""
+    from tangram_celery.errors import ServiceError
+    from tangram_celery.reward.server import TritonServer
+
+    repository = Path(__file__).resolve().parents[1] / "triton_models"
+    server = TritonServer(repository, workdir=tmp_path_factory.mktemp("triton"))
+    try:
+        server.start()
+    except ServiceError as exc:
+        pytest.fail(
+            "the real tritonserver (nvidia-pytriton) could not start on this machine, so the "
+            f"reward tests cannot run:\n{exc}",
+            pytrace=False,
+        )
+    yield server
+    server.stop()
+    assert not server.running(), "tritonserver still running after stop()"

@@ -1,7 +1,9 @@
 """The GPU manager: evict-on-execution placement of reward services on GPU chunks.
 
 Every (model, parallelism) pair is its own service, and every placement of it on a chunk is its
-own Triton model, named ``<model>__dop<k>__g<first gpu>`` (see :func:`service_name`). Triton's
+own Triton model, named ``<model>__dop<k>__g<first gpu>`` (see :func:`service_name`; a manager
+with a ``namespace``, such as a GPU pool's name, prefixes ``<namespace>__`` so that several pools
+can share one server). Triton's
 explicit model control has no "same model, second placement", but its repository API loads any
 name from uploaded files with a JSON config override, so the manager loads the model's own
 ``model.py`` under that name with an ``instance_group`` that places it on exactly the chunk:
@@ -65,9 +67,11 @@ class Placement:
     fits: bool = True
 
 
-def service_name(model: str, chunk: Chunk) -> str:
-    """The Triton model name of ``model`` placed on ``chunk`` (parallelism = its length)."""
-    return f"{model}__dop{len(chunk)}__g{chunk[0]}"
+def service_name(model: str, chunk: Chunk, namespace: str = "") -> str:
+    """The Triton model name of ``model`` placed on ``chunk`` (parallelism = its length),
+    prefixed ``<namespace>__`` when a namespace is given."""
+    prefix = f"{namespace}__" if namespace else ""
+    return f"{prefix}{model}__dop{len(chunk)}__g{chunk[0]}"
 
 
 def overlaps(a: Iterable[int], b: Iterable[int]) -> bool:
@@ -91,14 +95,15 @@ def plan_placement(
     memory_mb: int,
     gpu_memory_mb: int,
     pinned: frozenset[str] = frozenset(),
+    namespace: str = "",
 ) -> Placement:
     """Where to run ``model`` on ``chunk``, and which residents to unload first.
 
     Resident there: run it, nothing else. Otherwise evict the least-recently-used residents that
     overlap the chunk (never a ``pinned`` one) until ``memory_mb`` fits on each of its GPUs.
-    ``fits`` is False when even that cannot make room.
+    ``fits`` is False when even that cannot make room. ``namespace``: see :func:`service_name`.
     """
-    name = service_name(model, chunk)
+    name = service_name(model, chunk, namespace)
     if name in residents:
         return Placement(name, load=False, evict=())
     used = memory_used(residents.values())
@@ -127,6 +132,7 @@ def rank_chunks(
     memory_mb: int,
     gpu_memory_mb: int,
     busy: frozenset[int] = frozenset(),
+    namespace: str = "",
 ) -> list[Chunk]:
     """``chunks`` best first, for a scheduler that may pick among several free chunks.
 
@@ -135,7 +141,8 @@ def rank_chunks(
     """
 
     def key(chunk: Chunk) -> tuple[int, int, int, int, int]:
-        plan = plan_placement(residents, model, chunk, memory_mb, gpu_memory_mb)
+        plan = plan_placement(residents, model, chunk, memory_mb, gpu_memory_mb,
+                              namespace=namespace)
         evicted_mb = sum(residents[n].memory_mb * len(residents[n].chunk) for n in plan.evict)
         return (
             int(overlaps(chunk, busy)),
@@ -243,7 +250,8 @@ class GpuManager:
     """Evict-on-execution over the GPU ids of one pool (thread-safe).
 
     ``gpu_ids`` are plain ids; on a machine without GPUs they are simulated (see the module
-    docstring). ``gpu_memory_mb`` is each GPU's memory for model weights.
+    docstring). ``gpu_memory_mb`` is each GPU's memory for model weights. ``namespace`` prefixes
+    the Triton names of this manager's services (:func:`service_name`).
     """
 
     def __init__(
@@ -255,6 +263,7 @@ class GpuManager:
         batch_same_service: bool = True,
         wait_timeout_s: float | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        namespace: str = "",
     ) -> None:
         if not gpu_ids or len(set(gpu_ids)) != len(gpu_ids):
             raise ValidationError("gpu_ids", f"give distinct GPU ids, got {list(gpu_ids)}")
@@ -265,6 +274,7 @@ class GpuManager:
         self.actuator = actuator
         self.batch_same_service = batch_same_service
         self.wait_timeout_s = wait_timeout_s
+        self.namespace = namespace
         self._clock = clock
         self._cond = threading.Condition()
         self._residents: dict[str, Resident] = {}
@@ -287,12 +297,24 @@ class GpuManager:
         """:func:`rank_chunks` over the current state."""
         with self._cond:
             residents, busy = dict(self._residents), frozenset(self._owners)
-        return rank_chunks(residents, model, chunks, memory_mb, self.gpu_memory_mb, busy)
+        return rank_chunks(residents, model, chunks, memory_mb, self.gpu_memory_mb, busy,
+                           self.namespace)
 
     def forget(self, name: str) -> None:
         """Drop ``name`` from the residents without unloading (Triton lost it, e.g. a restart)."""
         with self._cond:
             self._residents.pop(name, None)
+
+    def retain(self, names: Iterable[str]) -> list[str]:
+        """Forget every idle resident not in ``names`` (what the server really holds); returns
+        the names forgotten. Residents on GPUs held by running actions are left to those."""
+        keep = set(names)
+        with self._cond:
+            gone = [r.name for r in self._residents.values()
+                    if r.name not in keep and not overlaps(r.chunk, self._owners)]
+            for name in gone:
+                del self._residents[name]
+        return gone
 
     @contextlib.contextmanager
     def lease(self, model: str, memory_mb: int, chunk: Chunk) -> Iterator[Lease]:
@@ -326,7 +348,7 @@ class GpuManager:
     def _enter(
         self, model: str, memory_mb: int, chunk: Chunk
     ) -> tuple[Lease, _Group, Placement | None]:
-        name = service_name(model, chunk)
+        name = service_name(model, chunk, self.namespace)
         waiter = _Waiter(next(self._tickets), name, chunk)
         deadline = None if self.wait_timeout_s is None else self._clock() + self.wait_timeout_s
         with self._cond:
@@ -356,7 +378,8 @@ class GpuManager:
                 if any(self._owners.get(g) not in (None, group) for g in r.chunk)
             )
             placement = plan_placement(
-                self._residents, model, chunk, memory_mb, self.gpu_memory_mb, pinned
+                self._residents, model, chunk, memory_mb, self.gpu_memory_mb, pinned,
+                self.namespace,
             )
             if placement.load and placement.fits:
                 for evicted in placement.evict:

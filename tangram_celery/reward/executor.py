@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tangram_celery.errors import ServiceError, ValidationError
+from tangram_celery.errors import ServiceError, TritonUnavailable, ValidationError
 from tangram_celery.managers.gpu import (
     Chunk,
     GpuManager,
@@ -39,6 +39,7 @@ class RewardOutcome:
     ``setup_s`` the unloads and the load before it (overhead in the ACT), ``wait_s`` the time
     spent waiting for the chunk's GPUs. ``triton_model`` is the Triton name that served it;
     ``joined`` is True when the action shared its chunk with a running batch of its service.
+    ``started_at`` / ``finished_at`` are the wall-clock stamps (``time.time()``) of the inference.
     """
 
     output: dict[str, Any]
@@ -49,6 +50,8 @@ class RewardOutcome:
     wait_s: float = 0.0
     triton_model: str = ""
     joined: bool = False
+    started_at: float = 0.0
+    finished_at: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-safe dict of every field."""
@@ -61,6 +64,8 @@ class RewardOutcome:
             "evicted": list(self.evicted),
             "triton_model": self.triton_model,
             "joined": self.joined,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
         }
 
 
@@ -96,7 +101,9 @@ class RewardExecutor:
     ``triton_url`` is ``host:port`` of the server's HTTP endpoint (gRPC with
     ``protocol="grpc"``). ``gpu_ids`` are the pool's GPUs; ``gpu_memory_mb`` the memory for
     weights on each, against each model's ``tangram_memory_mb``. ``simulate_gpus`` says that the
-    machine has no GPU and the ids are simulated on CPU. Nothing connects in ``__init__``.
+    machine has no GPU and the ids are simulated on CPU. ``namespace`` (a GPU pool's name)
+    prefixes the Triton names of its services, so pools sharing a server never collide. Nothing
+    connects in ``__init__``.
     """
 
     def __init__(
@@ -111,6 +118,7 @@ class RewardExecutor:
         batch_same_service: bool = True,
         timeout_s: float = 300.0,
         wait_timeout_s: float | None = None,
+        namespace: str = "",
     ) -> None:
         self.specs = load_repository(model_repository or default_repository())
         self.client = TritonClient(triton_url, protocol, timeout_s)
@@ -121,7 +129,17 @@ class RewardExecutor:
             _TritonActuator(self.client, self.specs, simulate_gpus),
             batch_same_service=batch_same_service,
             wait_timeout_s=wait_timeout_s,
+            namespace=namespace,
         )
+        self._stale = False
+
+    def ready(self) -> bool:
+        """Whether the Triton server answers and is ready."""
+        return self.client.ready()
+
+    def residents(self) -> list[tuple[str, Chunk]]:
+        """(model, chunk) of every resident service, by Triton name."""
+        return [(r.model, r.chunk) for _, r in sorted(self.manager.residents().items())]
 
     def models(self) -> list[str]:
         """The reward models this executor can run."""
@@ -149,24 +167,51 @@ class RewardExecutor:
         """Score ``inputs`` with ``model`` on the chunk ``gpus``.
 
         Raises :class:`ValidationError` for a bad model, input or chunk (also when the model
-        rejects the request) and :class:`ServiceError` when Triton is down or a load fails.
+        rejects the request), :class:`TritonUnavailable` when Triton does not answer or lost the
+        service (it was restarted: worth retrying; the next run first re-reads which services
+        the server holds and loads again what it lost) and :class:`ServiceError` when a load
+        fails.
         """
         spec = self.spec(model)
         arrays, single = spec.encode(inputs)
         chunk = check_chunk(gpus, self.manager.gpu_ids, spec.dops)
+        if self._stale:
+            self.resync()
+        try:
+            return self._run(model, spec, arrays, single, chunk)
+        except TritonUnavailable:
+            self._stale = True
+            raise
+
+    def resync(self) -> list[str]:
+        """Drop the idle residents that Triton no longer holds READY (after a server restart,
+        the manager's record is stale); returns their names. :class:`TritonUnavailable` while
+        the server is down."""
+        held = {str(m.get("name")) for m in self.client.index() if m.get("state") == "READY"}
+        dropped = self.manager.retain(held)
+        self._stale = False
+        return dropped
+
+    def _run(
+        self, model: str, spec: ModelSpec, arrays: Mapping[str, Any], single: bool, chunk: Chunk
+    ) -> RewardOutcome:
         with self.manager.lease(model, spec.memory_mb, chunk) as lease:
-            started = time.perf_counter()
+            started_at, started = time.time(), time.perf_counter()
             try:
                 outputs = self.client.infer(lease.name, spec, arrays)
-            except ServiceError as exc:
-                if not lease.loaded and not self.client.model_ready(lease.name):
+            except TritonUnavailable:
+                self.manager.forget(lease.name)
+                raise
+            except (ServiceError, ValidationError) as exc:
+                if self._lost(lease.name):
                     self.manager.forget(lease.name)
-                    raise ServiceError(
-                        f"Triton no longer holds {lease.name} (was the server restarted?); "
-                        "it is loaded again on the next attempt"
+                    raise TritonUnavailable(
+                        f"Triton no longer holds {lease.name} (was the server restarted?); it is "
+                        f"loaded again on the next attempt ({exc})"
                     ) from exc
                 raise
             exec_s = time.perf_counter() - started
+            finished_at = time.time()
         return RewardOutcome(
             output=spec.decode(outputs, single),
             exec_s=exec_s,
@@ -176,7 +221,16 @@ class RewardExecutor:
             wait_s=lease.wait_s,
             triton_model=lease.name,
             joined=lease.joined,
+            started_at=started_at,
+            finished_at=finished_at,
         )
+
+    def _lost(self, name: str) -> bool:
+        """Whether Triton no longer holds ``name`` ready (or does not answer at all)."""
+        try:
+            return not self.client.model_ready(name)
+        except ServiceError:
+            return True
 
     def close(self, unload: bool = True) -> list[str]:
         """Unload this executor's idle residents (when ``unload``) and close the clients."""

@@ -17,6 +17,7 @@ temporary model directory, so any name can be loaded from the same code with its
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -30,7 +31,7 @@ from numpy.typing import NDArray
 from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
-from tangram_celery.errors import ServiceError, ValidationError
+from tangram_celery.errors import ServiceError, TritonUnavailable, ValidationError
 
 Protocol = Literal["http", "grpc"]
 REJECTED_MARK = "invalid request:"
@@ -297,7 +298,7 @@ class TritonClient:
         """Whether the server answers and is ready (False when it is down)."""
         try:
             return bool(self._client().is_server_ready())
-        except (OSError, InferenceServerException):
+        except (OSError, http.client.HTTPException, InferenceServerException):
             return False
 
     def model_ready(self, name: str) -> bool:
@@ -388,8 +389,8 @@ class TritonClient:
     def _call(self, what: str, action: Any) -> Any:
         try:
             return action(self._client())
-        except OSError as exc:
-            raise ServiceError(
+        except (OSError, http.client.HTTPException) as exc:  # refused, reset, closed mid-reply
+            raise TritonUnavailable(
                 f"Triton at {self.url} ({self.protocol}) did not answer the {what}: {exc}; "
                 f"is the server running? {START_HINT}"
             ) from None
@@ -401,7 +402,7 @@ def _translate(exc: InferenceServerException, what: str, url: str) -> Exception:
     message = str(exc.message() or exc)
     status = str(exc.status() or "")
     if "UNAVAILABLE" in status or "failed to connect" in message.lower():
-        return ServiceError(
+        return TritonUnavailable(
             f"Triton at {url} did not answer the {what}: {message}; is the server running? "
             f"{START_HINT}"
         )

@@ -1,0 +1,614 @@
+"""The GPU pool runtime: what a GPU pool worker does with each reward action.
+
+A reward action (``kind="reward"``, payload ``{"model", "inputs", "pool"?}``, cost ``{"gpu": 1 |
+[1, 8] | {"set": [1, 2, 4, 8]}}``) reaches the worker of its pool through ``tangram.gpu.<pool>``.
+The worker, like a CPU node:
+
+1. validates the message again and checks it against the model repository (model name, inputs
+   against ``config.pbtxt``, GPU counts the model and the pool can serve); anything wrong is a
+   ``rejected`` result, and the worker carries on;
+2. waits FCFS in its admission gate, where the ARL-Tangram decision
+   (:func:`tangram_celery.placement.elastic_policy`) grants it an aligned power-of-two chunk of
+   GPU ids; with ``TANGRAM_SCHEDULER=fcfs-min`` every action asks for its minimum only. Among
+   chunks the decision treats as equal (same best-fit size, so the same fragmentation), the
+   gate takes the one the GPU manager ranks first: one that already holds the model's service,
+   else the fewest evictions (:func:`steer_grants`);
+3. runs the reward on Triton through :class:`~tangram_celery.reward.executor.RewardExecutor`
+   (evict-on-execution: the service is loaded on that chunk if it is not resident there);
+4. gives the GPUs back whatever happens and returns an :class:`~tangram_celery.action.ActionResult`
+   whose ``output`` is the model's outputs (e.g. ``{"reward": 0.93}``) plus how it was served
+   (``service``, ``loaded``, ``evicted``, ...). Loading and evicting count as overhead in the ACT.
+
+Expected durations come from the action's ``t1``/``elasticity``, else from an online
+:class:`~tangram_celery.scheduling.DurationModel` that learns from every finished action, keyed
+``("reward", signature or model)``.
+
+**GPUs on a machine without GPUs are simulated** (``TANGRAM_GPU_SIMULATED``, default true): the
+ids are labels, and a chunk of k ids is served by k CPU instances of the model on the real
+tritonserver. Run a worker with ``python -m tangram_celery.gpu_pool --pool default --gpus 8``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import re
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import redis
+
+from tangram_celery import keys
+from tangram_celery.action import Action, ActionResult, Timings, parse_action
+from tangram_celery.admission import Admission, Grant, Policy, PoolState, Request
+from tangram_celery.errors import ConfigError, TangramError, TritonUnavailable, ValidationError
+from tangram_celery.managers.gpu import Chunk
+from tangram_celery.node import action_limits, request_for, signature_of
+from tangram_celery.placement import elastic_policy, gpu_pool_factory
+from tangram_celery.router import DEFAULT_GPU_POOL
+from tangram_celery.scheduling import DurationModel, GpuPool, SchedulerConfig
+from tangram_celery.scheduling.topology import free_chunks
+from tangram_celery.serving import Heartbeat, admission_window, rejected_result, serve
+from tangram_celery.settings import Settings
+
+if TYPE_CHECKING:
+    from tangram_celery.reward.executor import RewardOutcome
+    from tangram_celery.reward.triton import ModelSpec
+
+log = logging.getLogger(__name__)
+
+PAYLOAD_FIELDS = frozenset({"model", "inputs", "pool"})
+RESERVED_OUTPUTS = frozenset(
+    {"model", "service", "loaded", "evicted", "joined", "gpu_wait_s", "simulated_gpus"}
+)
+POOL_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+DEFAULT_NODE_SIZE = 8
+DEFAULT_TRITON_RETRY_S = 30.0
+RETRY_FIRST_S = 0.2
+RETRY_MAX_S = 2.0
+
+Prefer = Callable[[str, Sequence[Chunk]], Chunk]
+"""Picks one of several equally good chunks (unit ids) for an action id."""
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def gpu_counts(allowed: Sequence[int], dops: Sequence[int], node_size: int) -> tuple[int, ...]:
+    """The GPU counts of ``allowed`` that a model (parallelisms ``dops``) can run with on a pool
+    of ``node_size``-GPU nodes: powers of two, at most a node. Raises :class:`ValidationError`
+    on ``cost.gpu`` when none is left."""
+    usable = tuple(m for m in allowed if m in dops and 0 < m <= node_size and not m & (m - 1))
+    if not usable:
+        served = sorted(d for d in dops if d <= node_size)
+        shown = list(allowed[:8]) + (["..."] if len(allowed) > 8 else [])
+        raise ValidationError(
+            "cost.gpu", f"asks for {shown} GPUs; this pool serves the model on {served} GPUs"
+        )
+    return usable
+
+
+def best_fit_chunks(free: Sequence[int], total: int, node_size: int, size: int) -> list[Chunk]:
+    """Every aligned ``size``-GPU chunk inside the smallest free aligned chunks that hold
+    ``size`` (best fit); taking any of them leaves the same free-chunk sizes. Empty: none fits."""
+    chunks = free_chunks(GpuPool("steer", tuple(sorted(free)), total, node_size))
+    fitting = [(start, span) for start, span in chunks if span >= size]
+    if not fitting:
+        return []
+    best = min(span for _, span in fitting)
+    return [
+        tuple(range(start + offset, start + offset + size))
+        for start, span in fitting if span == best
+        for offset in range(0, span, size)
+    ]
+
+
+def retry_delays(first: float = RETRY_FIRST_S, most: float = RETRY_MAX_S) -> Iterator[float]:
+    """Backoff between attempts while Triton is unavailable: ``first``, doubling, capped at
+    ``most``."""
+    delay = first
+    while True:
+        yield delay
+        delay = min(delay * 2, most)
+
+
+def gave_up(exc: TritonUnavailable, retry_s: float) -> TritonUnavailable:
+    """The error of an action that waited ``retry_s`` seconds for Triton in vain: names Triton,
+    the setting and how to start a server."""
+    from tangram_celery.reward.triton import START_HINT
+
+    hint = "" if START_HINT in str(exc) else f"; {START_HINT}"
+    return TritonUnavailable(
+        f"Triton did not come back within {retry_s:g} s (TANGRAM_TRITON_RETRY_S / "
+        f"--triton-retry-s), so this reward action was not run: {exc}{hint}"
+    )
+
+
+def steer_grants(
+    grants: Sequence[Grant], free: Sequence[int], total: int, node_size: int, prefer: Prefer
+) -> list[Grant]:
+    """The same grants (ids and sizes), each on the chunk ``prefer`` picks among the best-fit
+    chunks of its size, placed largest first. The multiset of free-chunk sizes evolves as with
+    any best-fit placement, so what fits does not change; if anything does not fit the grants
+    come back untouched."""
+    available = set(free)
+    placed: dict[int, Chunk] = {}
+    for index in sorted(range(len(grants)), key=lambda i: -len(grants[i][1])):
+        action_id, units = grants[index]
+        candidates = best_fit_chunks(tuple(available), total, node_size, len(units))
+        if not candidates:
+            return list(grants)
+        choice = prefer(action_id, candidates) if len(candidates) > 1 else candidates[0]
+        if choice not in candidates:
+            choice = candidates[0]
+        available -= set(choice)
+        placed[index] = choice
+    return [(action_id, placed[i]) for i, (action_id, _) in enumerate(grants)]
+
+
+def steered_policy(policy: Policy, node_size: int, prefer: Prefer) -> Policy:
+    """``policy`` whose grants are moved by :func:`steer_grants` onto preferred chunks."""
+
+    def steered(state: PoolState) -> Sequence[Grant]:
+        grants = policy(state)
+        if not grants:
+            return grants
+        return steer_grants(grants, state.free, state.total, min(node_size, state.total), prefer)
+
+    return steered
+
+
+def reward_inputs(action: Action) -> tuple[str, Mapping[str, Any]]:
+    """The model name and inputs of a reward action's payload (unknown fields refused)."""
+    extra = sorted(set(action.payload) - PAYLOAD_FIELDS)
+    if extra:
+        raise ValidationError(
+            f"payload.{extra[0]}", f"unknown field; a reward payload has {sorted(PAYLOAD_FIELDS)}"
+        )
+    inputs = action.payload.get("inputs")
+    if not isinstance(inputs, Mapping):
+        raise ValidationError("payload.inputs", "an object of input tensor name -> value(s)")
+    return str(action.payload["model"]), inputs
+
+
+def inventory_fields(
+    gpus: int, free_gpus: int, worker: str, models: Sequence[str],
+    residents: Sequence[tuple[str, Chunk]], now: float,
+) -> dict[str, str]:
+    """The hash a GPU pool publishes about itself (``keys.gpu_pool``), as strings."""
+    return {
+        "gpus": str(gpus),
+        "free_gpus": str(free_gpus),
+        "heartbeat": repr(now),
+        "worker": worker,
+        "models": json.dumps(list(models)),
+        "residents": json.dumps([{"model": m, "gpus": list(c)} for m, c in residents]),
+    }
+
+
+def check_node_size(gpus: int, node_size: int) -> int:
+    """The pool's node size (``node_size``, at most ``gpus``); :class:`ConfigError` unless it is
+    a power of two that divides ``gpus``."""
+    size = min(node_size, gpus)
+    if gpus < 1 or size < 1 or size & (size - 1) or gpus % size:
+        raise ConfigError(
+            f"a GPU pool of {gpus} GPUs cannot be cut into nodes of {node_size}: use a power of "
+            "two for --node-size and a multiple of it for --gpus"
+        )
+    return size
+
+
+def check_pool_name(pool: str) -> str:
+    """``pool`` if it is a valid pool name (1-64 of A-Z a-z 0-9 _ -), else :class:`ConfigError`."""
+    if not POOL_PATTERN.fullmatch(pool):
+        raise ConfigError(f"GPU pool name {pool!r}: use 1-64 characters of A-Z a-z 0-9 _ -")
+    return pool
+
+
+# --------------------------------------------------------------------------- the runtime
+
+
+class RewardBackend(Protocol):
+    """What the pool needs from its reward executor (:class:`RewardExecutor` in production)."""
+
+    def models(self) -> list[str]:
+        """The reward models it can run."""
+
+    def spec(self, model: str) -> ModelSpec:
+        """The config-derived spec of ``model``; :class:`ValidationError` if unknown."""
+
+    def ready(self) -> bool:
+        """Whether the inference server answers."""
+
+    def residents(self) -> list[tuple[str, Chunk]]:
+        """(model, GPU ids) of every resident service."""
+
+    def rank_chunks(self, model: str, chunks: Sequence[Chunk]) -> list[Chunk]:
+        """Candidate chunks (GPU ids) best first for ``model``."""
+
+    def run(self, model: str, inputs: Mapping[str, Any], gpus: tuple[int, ...]) -> RewardOutcome:
+        """Score ``inputs`` with ``model`` on the chunk ``gpus``."""
+
+    def close(self, unload: bool = True) -> list[str]:
+        """Unload idle residents and close connections."""
+
+
+class GpuPoolRuntime:
+    """One GPU pool worker: its GPUs, admission gate, duration model and reward executor.
+
+    ``gpu_ids`` are the pool's GPU ids in order (simulated labels on a machine without GPUs);
+    the gate schedules unit ids ``0..len(gpu_ids)-1`` and unit ``u`` is GPU ``gpu_ids[u]``.
+    With a Redis ``client`` the pool publishes its inventory (GPUs, free GPUs, models, resident
+    services) under ``keys.gpu_pool(pool)`` every ``TANGRAM_NODE_HEARTBEAT_S`` seconds.
+
+    When Triton does not answer (or was restarted and lost its services) an action is retried
+    with backoff while the outage is younger than ``triton_retry_s``; the outage is the pool's,
+    so once it has lasted that long every action fails at once with an error naming Triton,
+    and the first success ends it.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        pool: str,
+        executor: RewardBackend,
+        gpu_ids: Sequence[int],
+        node_size: int = DEFAULT_NODE_SIZE,
+        durations: DurationModel | None = None,
+        name: str = "",
+        client: redis.Redis | None = None,
+        triton_retry_s: float = DEFAULT_TRITON_RETRY_S,
+    ) -> None:
+        if triton_retry_s < 0:
+            raise ConfigError(f"--triton-retry-s {triton_retry_s}: use 0 or more seconds")
+        self.triton_retry_s = triton_retry_s
+        self._down_since: float | None = None
+        self.settings = settings
+        self.pool = check_pool_name(pool)
+        self.executor = executor
+        self.gpu_ids = tuple(gpu_ids)
+        if len(set(self.gpu_ids)) != len(self.gpu_ids):
+            raise ConfigError(f"GPU ids repeat in {list(self.gpu_ids)}")
+        self.node_size = check_node_size(len(self.gpu_ids), node_size)
+        self.durations = durations or DurationModel()
+        self.name = name or f"gpu-{pool}"
+        self._unit_of = {gpu: unit for unit, gpu in enumerate(self.gpu_ids)}
+        self._limits = action_limits(settings)
+        self._lock = threading.Lock()
+        self._waiting_models: dict[str, str] = {}
+        self._redis = client
+        self._heartbeat = Heartbeat(f"tangram-gpu-pool-{pool}", settings.node_heartbeat_s,
+                                    self.publish)
+        check_outputs(executor)
+        decision = elastic_policy(pool, gpu_pool_factory(pool, self.node_size),
+                                  SchedulerConfig(depth=settings.scheduler_depth))
+        self.admission = Admission(
+            range(len(self.gpu_ids)), steered_policy(decision, self.node_size, self._prefer)
+        )
+
+    def start(self) -> None:
+        """Publish the pool, start its heartbeat, say whether Triton answers (a worker without
+        it still answers every action, with an error result)."""
+        if self._redis is not None:
+            try:
+                self.publish()
+            except redis.RedisError:
+                log.warning("could not publish GPU pool %s", self.pool, exc_info=True)
+            self._heartbeat.start()
+        if self.executor.ready():
+            log.info("GPU pool %s: Triton is ready", self.pool)
+        else:
+            log.warning("GPU pool %s: Triton at %s does not answer yet; reward actions get an "
+                        "error result until it does", self.pool, self.settings.triton_url)
+
+    def stop(self) -> None:
+        """Withdraw the pool's inventory, unload its idle services, close the Triton clients."""
+        self._heartbeat.stop()
+        with contextlib.suppress(redis.RedisError):
+            self.withdraw()
+        unloaded = self.executor.close(unload=True)
+        log.info("GPU pool %s stopped; unloaded %s", self.pool, unloaded)
+
+    def publish(self) -> None:
+        """Write this pool's inventory hash (``keys.gpu_pool``) and list the pool."""
+        if self._redis is None:
+            return
+        fields: dict[Any, Any] = inventory_fields(
+            len(self.gpu_ids), self.admission.free_count(), self.name, self.executor.models(),
+            self.executor.residents(), time.time())
+        pipe = self._redis.pipeline()
+        pipe.sadd(keys.GPU_POOLS, self.pool)
+        pipe.hset(keys.gpu_pool(self.pool), mapping=fields)
+        pipe.execute()
+
+    def withdraw(self) -> None:
+        """Remove this pool's inventory if this worker is the one that published it last."""
+        if self._redis is None:
+            return
+        owner = self._redis.hget(keys.gpu_pool(self.pool), "worker")
+        if owner in (self.name, self.name.encode()):
+            self._redis.delete(keys.gpu_pool(self.pool))
+            self._redis.srem(keys.GPU_POOLS, self.pool)
+
+    def end_trajectory(self, trajectory_id: str) -> None:
+        """Nothing to free: reward actions keep no per-trajectory state."""
+
+    def gpus_of(self, units: Sequence[int]) -> tuple[int, ...]:
+        """The GPU ids of unit ids."""
+        return tuple(self.gpu_ids[u] for u in units)
+
+    def execute(self, message: Mapping[str, Any], received: float) -> dict[str, Any]:
+        """Run one action message to completion; never raises for a bad message."""
+        try:
+            action = parse_action(message, self._limits)
+            if action.kind != "reward":
+                raise ValidationError("kind", f"{action.kind} actions do not run on GPU pools")
+            model, inputs = reward_inputs(action)
+            spec = self.executor.spec(model)
+            spec.encode(inputs)
+            counts = gpu_counts(action.units().allowed_units(), spec.dops, self.node_size)
+        except ValidationError as exc:
+            return rejected_result(message, str(exc), self.name, received)
+        return self._run(action, model, inputs, self.request(action, model, counts, received))
+
+    def request(
+        self, action: Action, model: str, counts: Sequence[int], arrived: float
+    ) -> Request:
+        """The admission request: GPU counts with durations from the action or the model."""
+        with self._lock:
+            request = request_for(action, arrived, self.durations, counts,
+                                  key=action.signature or model)
+        if self.settings.scheduler == "fcfs-min":
+            request = replace(request, options=request.options[:1])
+        return request
+
+    def _run(
+        self, action: Action, model: str, inputs: Mapping[str, Any], request: Request
+    ) -> dict[str, Any]:
+        timings = Timings(received=request.arrived)
+        result = ActionResult(action.id, action.trajectory_id, action.kind, "error",
+                              node=self.name, timings=timings)
+        self._waiting_models[action.id] = model
+        try:
+            units = self.admission.acquire(request)
+        finally:
+            self._waiting_models.pop(action.id, None)
+        timings.admitted = time.time()
+        result.units = self.gpus_of(units)
+        try:
+            outcome = self._serve(model, inputs, result.units)
+        except ValidationError as exc:
+            result.status, result.error = "rejected", str(exc)
+        except TangramError as exc:
+            result.error = str(exc)
+        else:
+            self._finish(action, model, result, outcome)
+        finally:
+            self.admission.release(action.id)
+        if result.status != "ok":
+            timings.exec_started = timings.exec_finished = time.time()
+        timings.stored = time.time()
+        return result.to_json()
+
+    def _serve(
+        self, model: str, inputs: Mapping[str, Any], gpus: tuple[int, ...]
+    ) -> RewardOutcome:
+        """Run on the executor, retrying while Triton is unavailable (see the class)."""
+        delays = retry_delays()
+        while True:
+            try:
+                outcome = self.executor.run(model, inputs, gpus)
+            except TritonUnavailable as exc:
+                remaining = self._outage_deadline() - time.monotonic()
+                if remaining <= 0:
+                    raise gave_up(exc, self.triton_retry_s) from None
+                log.warning("GPU pool %s: %s; retrying for up to %.1f s more", self.pool, exc,
+                            remaining)
+                time.sleep(min(next(delays), remaining))
+            else:
+                self._down_since = None
+                return outcome
+
+    def _outage_deadline(self) -> float:
+        """When the current Triton outage (started now if none is known) stops being retried."""
+        with self._lock:
+            if self._down_since is None:
+                self._down_since = time.monotonic()
+            return self._down_since + self.triton_retry_s
+
+    def _finish(
+        self, action: Action, model: str, result: ActionResult, outcome: RewardOutcome
+    ) -> None:
+        timings = result.timings
+        result.status = "ok"
+        result.output = {
+            **outcome.output,
+            "model": model,
+            "service": outcome.triton_model,
+            "loaded": outcome.loaded,
+            "evicted": list(outcome.evicted),
+            "joined": outcome.joined,
+            "gpu_wait_s": outcome.wait_s,
+            "simulated_gpus": self.settings.gpu_simulated,
+        }
+        timings.exec_started, timings.exec_finished = outcome.started_at, outcome.finished_at
+        timings.exec_s, timings.setup_s = outcome.exec_s, outcome.setup_s
+        with self._lock:
+            self.durations.observe(signature_of(action, action.signature or model),
+                                   len(result.units), outcome.exec_s)
+
+    def _prefer(self, action_id: str, candidates: Sequence[Chunk]) -> Chunk:
+        """Of equally good chunks (unit ids), the one the GPU manager ranks first."""
+        model = self._waiting_models.get(action_id)
+        if model is None:
+            return candidates[0]
+        try:
+            ranked = self.executor.rank_chunks(model, [self.gpus_of(c) for c in candidates])
+        except TangramError:
+            log.warning("could not rank chunks for %s", action_id, exc_info=True)
+            return candidates[0]
+        return tuple(self._unit_of[gpu] for gpu in ranked[0])
+
+
+def check_outputs(executor: RewardBackend) -> None:
+    """:class:`ConfigError` if a model's output tensor is named like a field the pool adds."""
+    for model in executor.models():
+        clash = sorted({t.name for t in executor.spec(model).outputs} & RESERVED_OUTPUTS)
+        if clash:
+            raise ConfigError(
+                f"model {model}: output tensor {clash[0]!r} clashes with a field the GPU pool "
+                f"adds to results ({sorted(RESERVED_OUTPUTS)}); rename it in its config.pbtxt"
+            )
+
+
+# --------------------------------------------------------------------------- the worker
+
+
+def model_repository(settings: Settings) -> Path:
+    """``TANGRAM_TRITON_REPOSITORY``; a relative path that does not exist from here is taken
+    relative to the source checkout (where ``triton_models/`` lives)."""
+    path = settings.triton_repository
+    if path.is_absolute() or path.exists():
+        return path
+    from tangram_celery.reward.executor import default_repository
+
+    return default_repository().parent / path
+
+
+def worker_name(pool: str, pid: int | None = None, host: str | None = None) -> str:
+    """Celery node name of the GPU pool worker running in process ``pid``."""
+    return f"gpu-{pool}-{pid or os.getpid()}@{host or socket.gethostname()}"
+
+
+def build_gpu_pool(
+    settings: Settings,
+    pool: str,
+    gpus: int,
+    node_size: int = DEFAULT_NODE_SIZE,
+    gpu_ids: Sequence[int] | None = None,
+    triton_retry_s: float = DEFAULT_TRITON_RETRY_S,
+) -> GpuPoolRuntime:
+    """A GPU pool runtime over the settings' Triton server and model repository."""
+    from tangram_celery.reward.executor import RewardExecutor
+
+    ids = tuple(range(gpus)) if gpu_ids is None else tuple(gpu_ids)
+    if len(ids) != gpus:
+        raise ConfigError(f"--gpus {gpus} but {len(ids)} GPU ids were given: {list(ids)}")
+    executor = RewardExecutor(
+        settings.triton_url,
+        model_repository(settings),
+        gpu_ids=ids,
+        gpu_memory_mb=settings.gpu_memory_mb,
+        simulate_gpus=settings.gpu_simulated,
+        protocol="grpc" if settings.triton_protocol == "grpc" else "http",
+        timeout_s=settings.max_timeout_s,
+        namespace=check_pool_name(pool),
+    )
+    return GpuPoolRuntime(settings, pool, executor, ids, node_size, name=worker_name(pool),
+                          client=redis.Redis.from_url(settings.redis_url),
+                          triton_retry_s=triton_retry_s)
+
+
+def run_gpu_worker(
+    settings: Settings,
+    pool: str,
+    gpus: int,
+    node_size: int = DEFAULT_NODE_SIZE,
+    concurrency: int | None = None,
+    loglevel: str = "INFO",
+    gpu_ids: Sequence[int] | None = None,
+    triton_retry_s: float = DEFAULT_TRITON_RETRY_S,
+) -> None:
+    """Run a GPU pool worker on ``tangram.gpu.<pool>`` in this process until told to stop."""
+    runtime = build_gpu_pool(settings, pool, gpus, node_size, gpu_ids, triton_retry_s)
+    window = admission_window(settings, gpus, concurrency)
+    kind = "simulated" if settings.gpu_simulated else "real"
+    serve(settings, runtime, keys.gpu_queue(pool), worker_name(pool), window, loglevel,
+          f"GPU pool {pool} ready: {gpus} {kind} GPUs (nodes of {runtime.node_size}), "
+          f"window {window}, Triton {settings.triton_url} ({settings.triton_protocol})")
+
+
+def parse_gpu_ids(raw: str) -> list[int]:
+    """``"4,5,6,7"`` -> ``[4, 5, 6, 7]`` (for ``--gpu-ids``)."""
+    try:
+        return [int(part) for part in raw.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r}: expected GPU ids such as 4,5,6,7") from None
+
+
+def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of a GPU pool worker (``args.gpu_pool``: ``--pool`` must not clash with the
+    CLI's own ``pool`` subcommand field)."""
+    parser.add_argument("--pool", dest="gpu_pool", default=DEFAULT_GPU_POOL,
+                        help="pool name; its queue is tangram.gpu.NAME (default: default)")
+    parser.add_argument("--gpus", type=int, required=True,
+                        help="GPUs this pool schedules (simulated unless "
+                             "TANGRAM_GPU_SIMULATED=false)")
+    parser.add_argument("--node-size", type=int, default=DEFAULT_NODE_SIZE,
+                        help="GPUs per node; chunks never cross a node (default 8)")
+    parser.add_argument("--gpu-ids", type=parse_gpu_ids, default=None,
+                        help="the pool's GPU ids, comma separated (default 0..N-1)")
+    parser.add_argument("--concurrency", type=int, default=None,
+                        help="admission window: messages held at once (default max(2N, N+4))")
+    parser.add_argument("--triton-retry-s", type=float, default=DEFAULT_TRITON_RETRY_S,
+                        help="how long an action waits for an unavailable (or restarted) Triton "
+                             f"before it fails (default {DEFAULT_TRITON_RETRY_S:g})")
+    parser.add_argument("--loglevel", default="INFO")
+
+
+def run_from_args(settings: Settings, args: argparse.Namespace) -> None:
+    """Run the worker that :func:`add_worker_arguments` options describe."""
+    run_gpu_worker(settings, args.gpu_pool, args.gpus, args.node_size, args.concurrency,
+                   args.loglevel, args.gpu_ids, args.triton_retry_s)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m tangram_celery.gpu_pool --gpus N [--pool NAME] [--node-size K] ...``."""
+    parser = argparse.ArgumentParser(prog="python -m tangram_celery.gpu_pool",
+                                     description="run a GPU reward pool worker")
+    add_worker_arguments(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    try:
+        run_from_args(Settings.from_env(), args)
+    except TangramError as exc:
+        print(f"tangram: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+# --------------------------------------------------------------------------- client helper
+
+
+def reward_action(
+    trajectory_id: str,
+    model: str,
+    inputs: Mapping[str, Any],
+    *,
+    gpu: int | tuple[int, int] | Mapping[str, Any] = 1,
+    pool: str | None = None,
+    **fields: Any,
+) -> Action:
+    """A reward action: score ``inputs`` with ``model`` on ``gpu`` GPUs (a count, a range
+    ``(min, max)`` or ``{"set": [1, 2, 4, 8]}``) of GPU pool ``pool`` (default: ``default``)."""
+    payload: dict[str, Any] = {"model": model, "inputs": dict(inputs)}
+    if pool is not None:
+        payload["pool"] = pool
+    cost = dict(fields.pop("cost", {}))
+    cost.setdefault("gpu", list(gpu) if isinstance(gpu, tuple) else gpu)
+    body = {"kind": "reward", "trajectory_id": trajectory_id, "payload": payload, "cost": cost,
+            **fields}
+    return parse_action(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""The settings reference, generated from :class:`~tangram_celery.settings.Settings`.
+
+``python -m tangram_celery.settings_doc`` prints the table; ``--write`` rewrites
+``docs/settings.md`` and, when README.md holds the markers ``<!-- settings:begin -->`` and
+``<!-- settings:end -->``, the table between them; ``--check`` exits 1 when either is stale.
+Every field needs a description in :data:`DESCRIPTIONS` (a test enforces it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import MISSING, Field, fields
+from pathlib import Path
+from typing import Any
+
+from tangram_celery.settings import PREFIX, Settings
+
+BEGIN = "<!-- settings:begin -->"
+END = "<!-- settings:end -->"
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "settings.md"
+README = ROOT / "README.md"
+
+DESCRIPTIONS: dict[str, str] = {
+    "redis_url": "Redis DSN of the Celery broker, the node registry, pins and quotas.",
+    "result_url": "Redis DSN of the result backend; empty: the broker's.",
+    "sandbox_backend": "Sandbox of CPU actions: `bwrap` (embedded bubblewrap) or `docker`.",
+    "sandbox_docker_url": "Docker engine of the `docker` sandbox backend.",
+    "sandbox_docker_image": "Image of the `docker` backend's sandbox containers.",
+    "sandbox_idle_ttl_s": "A trajectory idle this long loses its container (`docker`) (s).",
+    "sandbox_warm_pool_min": "Fewest ready containers a `docker` node keeps for new trajectories.",
+    "sandbox_warm_pool_max": "Most ready containers a `docker` node keeps for new trajectories.",
+    "sandbox_root": "Directory holding each node's per-trajectory work dirs.",
+    "sandbox_uid_base": "First uid of sandboxes; each node takes its own 65,536 uids from here.",
+    "sandbox_memory_mb": "Memory cap of one sandboxed command (MB).",
+    "sandbox_pids": "Process cap of one sandbox.",
+    "sandbox_file_size_mb": "Largest file a sandboxed command may write (MB).",
+    "sandbox_workdir_mb": "Quota of a trajectory's work dir (MB).",
+    "sandbox_tmp_mb": "Size of the sandbox's private /tmp (MB).",
+    "output_cap_bytes": "Bytes of stdout and of stderr kept per command (the rest is cut).",
+    "default_timeout_s": "Timeout of an action that gives none (s).",
+    "max_timeout_s": "Largest timeout an action may ask for (s).",
+    "visibility_margin_s": "Added to the max timeout to form Redis' visibility timeout (s).",
+    "max_payload_bytes": "Largest JSON payload of one action (bytes).",
+    "trajectory_memory_mb": "Memory a trajectory reserves on its node unless it says (MB).",
+    "node_heartbeat_s": "Heartbeat period of node and pool workers (s).",
+    "node_ttl_s": "A node or pool without a heartbeat this long counts as dead (s).",
+    "result_ttl_s": "How long results and idempotency records are kept (s).",
+    "trajectory_ttl_s": "An idle trajectory's pin to its node expires after this (s).",
+    "admission_window": "Messages a worker holds at once; 0: max(2N, N+4) for N units.",
+    "scheduler": "Placement policy: `elastic` (the paper's DP) or `fcfs-min`.",
+    "scheduler_depth": "Units the elastic scheduler's estimate lets the first waiter try.",
+    "triton_url": "Triton Inference Server address of the GPU pools.",
+    "triton_protocol": "Triton client protocol: `http` or `grpc`.",
+    "triton_repository": "Model repository the GPU pools load reward models from.",
+    "gpu_simulated": "GPU ids are simulated (no GPU needed; Triton runs models on CPU).",
+    "gpu_memory_mb": "Memory of each GPU available to model weights (MB).",
+    "api_limits": "Quota-limited APIs: `name=url:U,concurrency:N,rate:C/P,burst:B;...`.",
+    "extra_resources": "Additional resource names an action's cost vector may use.",
+    "flower_address": "Address `tangram flower` listens on (non-loopback needs auth).",
+    "flower_port": "Port of `tangram flower`.",
+    "flower_user": "Basic-auth user of `tangram flower`.",
+    "flower_password": "Basic-auth password of `tangram flower`; empty: one is generated.",  # nosec B105 # help text, not a password
+    "exporter_address": "Address `tangram exporter` serves /metrics on.",
+    "exporter_port": "Port of `tangram exporter`.",
+}
+
+
+def setting_rows(settings_fields: Sequence[Field[Any]] | None = None) -> list[tuple[str, ...]]:
+    """(variable, type, default, description) of every field."""
+    rows: list[tuple[str, ...]] = []
+    for f in settings_fields if settings_fields is not None else fields(Settings):
+        rows.append((f"`{PREFIX}{f.name.upper()}`", f"`{f.type}`", _default(f),
+                     DESCRIPTIONS.get(f.name, "")))
+    return rows
+
+
+def settings_table() -> str:
+    """The Markdown table of every setting."""
+    lines = ["| setting | type | default | meaning |", "| --- | --- | --- | --- |"]
+    lines += ["| " + " | ".join(row) + " |" for row in setting_rows()]
+    return "\n".join(lines) + "\n"
+
+
+def settings_doc() -> str:
+    """The whole of ``docs/settings.md``."""
+    return (
+        "# Settings\n\n"
+        "Every setting is read from its `TANGRAM_` environment variable into one frozen\n"
+        "`Settings` object (`Settings.from_env()`); an unknown `TANGRAM_` variable is an error.\n"
+        "Generated by `python -m tangram_celery.settings_doc --write`: do not edit by hand.\n\n"
+        + settings_table()
+    )
+
+
+def with_readme_table(readme: str) -> str:
+    """``readme`` with the table between the markers replaced (unchanged without markers)."""
+    start, end = readme.find(BEGIN), readme.find(END)
+    if start < 0 or end < start:
+        return readme
+    return readme[: start + len(BEGIN)] + "\n" + settings_table() + readme[end:]
+
+
+def missing_descriptions() -> list[str]:
+    """Fields of :class:`Settings` without a description."""
+    return [f.name for f in fields(Settings) if not DESCRIPTIONS.get(f.name)]
+
+
+def stale_files() -> list[Path]:
+    """The generated files that differ from what the current fields give."""
+    stale = [] if DOC.is_file() and DOC.read_text() == settings_doc() else [DOC]
+    if README.is_file():
+        text = README.read_text()
+        if with_readme_table(text) != text:
+            stale.append(README)
+    return stale
+
+
+def write() -> list[Path]:
+    """Rewrite the stale generated files; returns them."""
+    stale = stale_files()
+    for path in stale:
+        if path == DOC:
+            DOC.parent.mkdir(parents=True, exist_ok=True)
+            DOC.write_text(settings_doc())
+        else:
+            path.write_text(with_readme_table(path.read_text()))
+    return stale
+
+
+def _default(f: Field[Any]) -> str:
+    if f.default is not MISSING:
+        value = f.default
+    elif f.default_factory is not MISSING:
+        value = f.default_factory()
+    else:
+        return "(required)"
+    if isinstance(value, tuple):
+        value = ",".join(value)
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    return f"`{text}`" if text else "(empty)"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m tangram_celery.settings_doc [--write | --check]``."""
+    parser = argparse.ArgumentParser(prog="python -m tangram_celery.settings_doc")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--write", action="store_true", help="rewrite stale generated files")
+    group.add_argument("--check", action="store_true", help="exit 1 if a file is stale")
+    args = parser.parse_args(argv)
+    if args.write:
+        for path in write():
+            print(f"wrote {path.relative_to(ROOT)}")
+        return 0
+    if args.check:
+        stale = stale_files()
+        for path in stale:
+            print(f"stale: {path.relative_to(ROOT)}; run python -m tangram_celery.settings_doc "
+                  "--write", file=sys.stderr)
+        return 1 if stale else 0
+    print(settings_table(), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

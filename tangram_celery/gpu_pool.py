@@ -559,7 +559,7 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the pool's GPU ids, comma separated (default 0..N-1)")
     parser.add_argument("--concurrency", type=int, default=None,
                         help="admission window: messages held at once (default max(2N, N+4))")
-    parser.add_argument("--triton-retry-s", type=float, default=DEFAULT_TRITON_RETRY_S,
+    parser.add_argument("--triton-retry-s", type=float, default=None,
                         help="how long an action waits for an unavailable (or restarted) Triton "
                              f"before it fails (default {DEFAULT_TRITON_RETRY_S:g})")
     parser.add_argument("--loglevel", default="INFO")
@@ -567,8 +567,9 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_from_args(settings: Settings, args: argparse.Namespace) -> None:
     """Run the worker that :func:`add_worker_arguments` options describe."""
+    retry = settings.triton_retry_s if args.triton_retry_s is None else args.triton_retry_s
     run_gpu_worker(settings, args.gpu_pool, args.gpus, args.node_size, args.concurrency,
-                   args.loglevel, args.gpu_ids, args.triton_retry_s)
+                   args.loglevel, args.gpu_ids, retry)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -61,6 +61,7 @@ class Settings:
     triton_url: str = "http://127.0.0.1:8000"
     triton_protocol: str = "http"
     triton_repository: Path = Path("triton_models")
+    triton_retry_s: float = 30.0
     gpu_simulated: bool = True
     gpu_memory_mb: int = 81920
     api_limits: str = ""

@@ -158,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--n", type=int, default=30, help="runs per measurement")
     parser.add_argument("--docker-url", default=DEFAULT_DOCKER_URL, help="the engine's address")
     parser.add_argument("--image", default=DEFAULT_TAG, help="sandbox image tag")
-    parser.add_argument("--root", type=Path, default=Path("/var/tmp"),
+    parser.add_argument("--root", type=Path, default=Path("/var/tmp"),  # nosec B108 # world-traversable parent for sandbox roots; --root overrides
                         help="world-traversable parent for the temporary sandbox roots")
     parser.add_argument("--gap-ms", type=float, default=100.0,
                         help="untimed pause between warm actions (the LLM's turn)")

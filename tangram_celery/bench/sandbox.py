@@ -68,7 +68,7 @@ def warm_actions(backend: BwrapBackend, n: int, core: int) -> tuple[list[float],
 def bwrap_version() -> str:
     """``bubblewrap x.y.z`` or ``?``."""
     try:
-        done = subprocess.run(["bwrap", "--version"], capture_output=True, text=True, timeout=10)
+        done = subprocess.run(["bwrap", "--version"], capture_output=True, text=True, timeout=10)  # nosec B607 # `bwrap --version` from PATH, as the backend itself runs it
     except (OSError, subprocess.TimeoutExpired):
         return "?"
     return done.stdout.strip() or "?"
@@ -78,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Run the benchmark and print its table."""
     parser = argparse.ArgumentParser(description="Embedded-sandbox cold start and warm action.")
     parser.add_argument("--n", type=int, default=100, help="runs per measurement")
-    parser.add_argument("--root", type=Path, default=Path("/var/tmp"),
+    parser.add_argument("--root", type=Path, default=Path("/var/tmp"),  # nosec B108 # world-traversable parent for sandbox roots; --root overrides
                         help="world-traversable parent for the temporary sandbox root")
     parser.add_argument("--no-cgroups", action="store_true", help="rlimits only")
     parser.add_argument("--no-seccomp", action="store_true", help="no seccomp filter")

@@ -160,6 +160,20 @@ class Admission:
             self._schedule_locked()
             return record
 
+    def hand_over(self, action_ids: Sequence[str], units: tuple[int, ...]) -> list[str]:
+        """Wake the waiting actions ``action_ids`` with ``units`` that a running action already
+        holds (they join its batch: the units stay that action's and nothing is recorded for
+        them); returns the ids that were still waiting, in the order given."""
+        wanted = set(action_ids)
+        with self._lock:
+            handed = {s.request.id: s for s in self._waiting if s.request.id in wanted}
+            for slot in handed.values():
+                self._waiting.remove(slot)
+                slot.units = units
+                slot.event.set()
+            self._schedule_locked()
+        return [a for a in action_ids if a in handed]
+
     def _schedule_locked(self) -> None:
         if not self._waiting or not self._free:
             return

@@ -15,6 +15,19 @@ The worker, like a CPU node:
    else the fewest evictions (:func:`steer_grants`);
 3. runs the reward on Triton through :class:`~tangram_celery.reward.executor.RewardExecutor`
    (evict-on-execution: the service is loaded on that chunk if it is not resident there);
+   **Cross-request batching** (on unless ``batching=False`` / ``--no-batching``): reward
+   actions waiting for the same service are sent together. An arriving action whose service
+   (same model, a chunk size the action allows) is running on a chunk *joins* that chunk
+   instead of waiting for free GPUs (:func:`join_target`), unless an older action of its model
+   waits in the gate; and when the gate grants an action a chunk, the oldest actions of its
+   model waiting in the gate join it at once (:func:`gate_joiners`), so each service keeps its
+   FCFS order. Triton's dynamic batching merges the concurrent requests. A batch takes at most
+   ``max_batch`` joiners over its life (``--max-batch``, default 16), so services waiting for
+   those GPUs are not starved; the chunk goes back to the gate when the batch's last member
+   finishes. **So at-most-one-action-per-GPU holds per service batch**: the actions of one
+   batch share its chunk at once; actions of different services, or of different batches,
+   never share a GPU. A joined action's result says ``joined: true``, its ``units`` are the
+   shared chunk and its exec time is its own inference;
 4. gives the GPUs back whatever happens and returns an :class:`~tangram_celery.action.ActionResult`
    whose ``output`` is the model's outputs (e.g. ``{"reward": 0.93}``) plus how it was served
    (``service``, ``loaded``, ``evicted``, ...). Loading and evicting count as overhead in the ACT.
@@ -40,8 +53,8 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -73,6 +86,7 @@ RESERVED_OUTPUTS = frozenset(
 POOL_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 DEFAULT_NODE_SIZE = 8
 DEFAULT_TRITON_RETRY_S = 30.0
+DEFAULT_MAX_BATCH = 16
 RETRY_FIRST_S = 0.2
 RETRY_MAX_S = 2.0
 
@@ -214,6 +228,55 @@ def check_pool_name(pool: str) -> str:
     return pool
 
 
+@dataclass(frozen=True)
+class Batch:
+    """A service running on a chunk (unit ids): its model, the action that was granted the
+    chunk, how many actions joined it so far and how many members still run."""
+
+    model: str
+    units: Chunk
+    owner: str
+    joiners: int = 0
+    holders: int = 1
+
+
+def join_target(
+    model: str, sizes: Sequence[int], batches: Sequence[Batch], waiting_models: Iterable[str],
+    max_batch: int,
+) -> Batch | None:
+    """The running batch an arriving action of ``model`` (allowed chunk sizes ``sizes``) joins,
+    or None (it waits in the gate): one of ``model`` on a chunk of an allowed size with fewer
+    than ``max_batch`` joiners so far, the least joined first; never while an (older) action
+    of ``model`` is waiting (``waiting_models``), so a service's actions keep FCFS order."""
+    if max_batch < 1 or model in set(waiting_models):
+        return None
+    open_batches = [b for b in batches
+                    if b.model == model and len(b.units) in sizes and b.joiners < max_batch]
+    if not open_batches:
+        return None
+    return min(open_batches, key=lambda b: (b.joiners, b.units))
+
+
+Waiter = tuple[str, str, Sequence[int]]
+"""An action waiting in the gate: its id, model and allowed chunk sizes."""
+
+
+def gate_joiners(model: str, size: int, waiting: Sequence[Waiter], max_batch: int) -> list[str]:
+    """The waiting actions (oldest first) that join a batch of ``model`` just granted a
+    ``size``-unit chunk: those of ``model``, in order, at most ``max_batch``, stopping at the
+    first of ``model`` that does not allow ``size`` (nothing overtakes it: FCFS per service)."""
+    chosen: list[str] = []
+    for action_id, waiting_model, sizes in waiting:
+        if len(chosen) >= max_batch:
+            break
+        if waiting_model != model:
+            continue
+        if size not in sizes:
+            break
+        chosen.append(action_id)
+    return chosen
+
+
 # --------------------------------------------------------------------------- the runtime
 
 
@@ -254,6 +317,9 @@ class GpuPoolRuntime:
     with backoff while the outage is younger than ``triton_retry_s``; the outage is the pool's,
     so once it has lasted that long every action fails at once with an error naming Triton,
     and the first success ends it.
+
+    With ``batching`` (default) an action may join a running batch of its service (see the
+    module docstring and :func:`join_target`), at most ``max_batch`` joiners per batch.
     """
 
     def __init__(
@@ -267,9 +333,16 @@ class GpuPoolRuntime:
         name: str = "",
         client: redis.Redis | None = None,
         triton_retry_s: float = DEFAULT_TRITON_RETRY_S,
+        batching: bool = True,
+        max_batch: int = DEFAULT_MAX_BATCH,
     ) -> None:
         if triton_retry_s < 0:
             raise ConfigError(f"--triton-retry-s {triton_retry_s}: use 0 or more seconds")
+        if max_batch < 1:
+            raise ConfigError(f"--max-batch {max_batch}: use 1 or more joiners per batch")
+        self.batching = batching
+        self.max_batch = max_batch
+        self._batches: dict[Chunk, Batch] = {}
         self.triton_retry_s = triton_retry_s
         self._down_since: float | None = None
         self.settings = settings
@@ -284,7 +357,8 @@ class GpuPoolRuntime:
         self._unit_of = {gpu: unit for unit, gpu in enumerate(self.gpu_ids)}
         self._limits = action_limits(settings)
         self._lock = threading.Lock()
-        self._waiting_models: dict[str, str] = {}
+        self._waiting_models: dict[str, tuple[str, Sequence[int]]] = {}
+        self._handed: set[str] = set()
         self._redis = client
         self._heartbeat = Heartbeat(f"tangram-gpu-pool-{pool}", settings.node_heartbeat_s,
                                     self.publish)
@@ -377,11 +451,7 @@ class GpuPoolRuntime:
         timings = Timings(received=request.arrived)
         result = ActionResult(action.id, action.trajectory_id, action.kind, "error",
                               node=self.name, timings=timings)
-        self._waiting_models[action.id] = model
-        try:
-            units = self.admission.acquire(request)
-        finally:
-            self._waiting_models.pop(action.id, None)
+        units, joined = self._admit(action.id, model, request)
         timings.admitted = time.time()
         result.units = self.gpus_of(units)
         try:
@@ -391,13 +461,61 @@ class GpuPoolRuntime:
         except TangramError as exc:
             result.error = str(exc)
         else:
-            self._finish(action, model, result, outcome)
+            self._finish(action, model, result, outcome, joined)
         finally:
-            self.admission.release(action.id)
+            self._leave(units)
         if result.status != "ok":
             timings.exec_started = timings.exec_finished = time.time()
         timings.stored = time.time()
         return result.to_json()
+
+    def _admit(self, action_id: str, model: str, request: Request) -> tuple[Chunk, bool]:
+        """Units for an action and whether it joined a running batch (else the gate granted
+        them, and it opens a batch of its own on them)."""
+        sizes = [m for m, _ in request.options]
+        with self._lock:
+            target = join_target(model, sizes, tuple(self._batches.values()),
+                                 [m for m, _ in self._waiting_models.values()],
+                                 self.max_batch if self.batching else 0)
+            if target is not None:
+                self._batches[target.units] = replace(
+                    target, joiners=target.joiners + 1, holders=target.holders + 1)
+                return target.units, True
+            self._waiting_models[action_id] = (model, sizes)
+        try:
+            units = self.admission.acquire(request)
+        finally:
+            with self._lock:
+                self._waiting_models.pop(action_id, None)
+        with self._lock:
+            if action_id in self._handed:
+                self._handed.discard(action_id)
+                return units, True
+            self._batches[units] = self._open_batch(action_id, model, units)
+        return units, False
+
+    def _open_batch(self, owner: str, model: str, units: Chunk) -> Batch:
+        """The batch of an action the gate granted ``units``, with the waiting actions of its
+        model that join it at once (woken through the gate). Called holding ``_lock``."""
+        if not self.batching:
+            return Batch(model, units, owner)
+        waiting = [(a, m, s) for a, (m, s) in self._waiting_models.items()]
+        pulled = self.admission.hand_over(
+            gate_joiners(model, len(units), waiting, self.max_batch), units)
+        for action_id in pulled:
+            self._waiting_models.pop(action_id, None)
+            self._handed.add(action_id)
+        return Batch(model, units, owner, joiners=len(pulled), holders=1 + len(pulled))
+
+    def _leave(self, units: Chunk) -> None:
+        """One member of the batch on ``units`` is done; the last gives the chunk back."""
+        with self._lock:
+            batch = self._batches[units]
+            if batch.holders > 1:
+                self._batches[units] = replace(batch, holders=batch.holders - 1)
+                return
+            del self._batches[units]
+        self.admission.release(batch.owner)
 
     def _serve(
         self, model: str, inputs: Mapping[str, Any], gpus: tuple[int, ...]
@@ -426,7 +544,8 @@ class GpuPoolRuntime:
             return self._down_since + self.triton_retry_s
 
     def _finish(
-        self, action: Action, model: str, result: ActionResult, outcome: RewardOutcome
+        self, action: Action, model: str, result: ActionResult, outcome: RewardOutcome,
+        joined: bool = False,
     ) -> None:
         timings = result.timings
         result.status = "ok"
@@ -436,7 +555,7 @@ class GpuPoolRuntime:
             "service": outcome.triton_model,
             "loaded": outcome.loaded,
             "evicted": list(outcome.evicted),
-            "joined": outcome.joined,
+            "joined": joined,
             "gpu_wait_s": outcome.wait_s,
             "simulated_gpus": self.settings.gpu_simulated,
         }
@@ -448,9 +567,10 @@ class GpuPoolRuntime:
 
     def _prefer(self, action_id: str, candidates: Sequence[Chunk]) -> Chunk:
         """Of equally good chunks (unit ids), the one the GPU manager ranks first."""
-        model = self._waiting_models.get(action_id)
-        if model is None:
+        waiting = self._waiting_models.get(action_id)
+        if waiting is None:
             return candidates[0]
+        model = waiting[0]
         try:
             ranked = self.executor.rank_chunks(model, [self.gpus_of(c) for c in candidates])
         except TangramError:
@@ -496,6 +616,8 @@ def build_gpu_pool(
     node_size: int = DEFAULT_NODE_SIZE,
     gpu_ids: Sequence[int] | None = None,
     triton_retry_s: float = DEFAULT_TRITON_RETRY_S,
+    batching: bool = True,
+    max_batch: int = DEFAULT_MAX_BATCH,
 ) -> GpuPoolRuntime:
     """A GPU pool runtime over the settings' Triton server and model repository."""
     from tangram_celery.reward.executor import RewardExecutor
@@ -515,7 +637,8 @@ def build_gpu_pool(
     )
     return GpuPoolRuntime(settings, pool, executor, ids, node_size, name=worker_name(pool),
                           client=redis.Redis.from_url(settings.redis_url),
-                          triton_retry_s=triton_retry_s)
+                          triton_retry_s=triton_retry_s, batching=batching,
+                          max_batch=max_batch)
 
 
 def run_gpu_worker(
@@ -527,14 +650,18 @@ def run_gpu_worker(
     loglevel: str = "INFO",
     gpu_ids: Sequence[int] | None = None,
     triton_retry_s: float = DEFAULT_TRITON_RETRY_S,
+    batching: bool = True,
+    max_batch: int = DEFAULT_MAX_BATCH,
 ) -> None:
     """Run a GPU pool worker on ``tangram.gpu.<pool>`` in this process until told to stop."""
-    runtime = build_gpu_pool(settings, pool, gpus, node_size, gpu_ids, triton_retry_s)
+    runtime = build_gpu_pool(settings, pool, gpus, node_size, gpu_ids, triton_retry_s,
+                             batching, max_batch)
     window = admission_window(settings, gpus, concurrency)
     kind = "simulated" if settings.gpu_simulated else "real"
     serve(settings, runtime, keys.gpu_queue(pool), worker_name(pool), window, loglevel,
           f"GPU pool {pool} ready: {gpus} {kind} GPUs (nodes of {runtime.node_size}), "
-          f"window {window}, Triton {settings.triton_url} ({settings.triton_protocol})")
+          f"window {window}, Triton {settings.triton_url} ({settings.triton_protocol}), "
+          f"batching {f'up to {max_batch} joiners' if batching else 'off'}")
 
 
 def parse_gpu_ids(raw: str) -> list[int]:
@@ -562,6 +689,12 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--triton-retry-s", type=float, default=None,
                         help="how long an action waits for an unavailable (or restarted) Triton "
                              f"before it fails (default {DEFAULT_TRITON_RETRY_S:g})")
+    parser.add_argument("--no-batching", dest="batching", action="store_false",
+                        help="give every reward action its own chunk (no joining a running "
+                             "batch of its service)")
+    parser.add_argument("--max-batch", type=int, default=None,
+                        help="actions that may join a running batch of a service on its chunk "
+                             f"(default TANGRAM_REWARD_MAX_BATCH, {DEFAULT_MAX_BATCH})")
     parser.add_argument("--loglevel", default="INFO")
 
 
@@ -569,7 +702,8 @@ def run_from_args(settings: Settings, args: argparse.Namespace) -> None:
     """Run the worker that :func:`add_worker_arguments` options describe."""
     retry = settings.triton_retry_s if args.triton_retry_s is None else args.triton_retry_s
     run_gpu_worker(settings, args.gpu_pool, args.gpus, args.node_size, args.concurrency,
-                   args.loglevel, args.gpu_ids, retry)
+                   args.loglevel, args.gpu_ids, retry, args.batching,
+                   settings.reward_max_batch if args.max_batch is None else args.max_batch)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

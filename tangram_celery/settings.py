@@ -62,6 +62,7 @@ class Settings:
     triton_protocol: str = "http"
     triton_repository: Path = Path("triton_models")
     triton_retry_s: float = 30.0
+    reward_max_batch: int = 16
     gpu_simulated: bool = True
     gpu_memory_mb: int = 81920
     api_limits: str = ""

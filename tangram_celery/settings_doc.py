@@ -56,6 +56,7 @@ DESCRIPTIONS: dict[str, str] = {
     "triton_protocol": "Triton client protocol: `http` or `grpc`.",
     "triton_repository": "Model repository the GPU pools load reward models from.",
     "triton_retry_s": "How long reward actions wait for an unavailable or restarted Triton.",
+    "reward_max_batch": "Reward actions that may join a running batch of their service.",
     "gpu_simulated": "GPU ids are simulated (no GPU needed; Triton runs models on CPU).",
     "gpu_memory_mb": "Memory of each GPU available to model weights (MB).",
     "api_limits": "Quota-limited APIs: `name=url:U,concurrency:N,rate:C/P,burst:B;...`.",

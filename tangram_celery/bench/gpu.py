@@ -11,8 +11,13 @@ instances of the model, and one action's request runs on one instance, so more G
 an action faster here; what the elastic run shows on such a machine is the cost of its decisions
 (more distinct services to load), not the speed-up real GPUs would give.
 
-Run: ``python -m tangram_celery.bench.gpu`` (uses ``TANGRAM_REDIS_URL`` if it answers, else an
-embedded Redis; always starts its own tritonserver on free ports).
+``--batching`` compares instead cross-request batching at the pool level: the same burst of
+1-GPU actions (default 32 of one row each on a 1-GPU pool, ``--actions``/``--rows``/``--gpus``)
+through a pool worker that lets actions join a running batch of their service and through one
+started with ``--no-batching``, same server, side by side, with the throughput ratio (warm).
+
+Run: ``python -m tangram_celery.bench.gpu [--batching]`` (uses ``TANGRAM_REDIS_URL`` if it
+answers, else an embedded Redis; always starts its own tritonserver on free ports).
 """
 
 from __future__ import annotations
@@ -56,6 +61,12 @@ class Burst:
     makespan: float
     gpus_mean: float
     loads: int
+    joined: int = 0
+
+    @property
+    def throughput(self) -> float:
+        """Actions per second over the burst's makespan."""
+        return self.actions / self.makespan if self.makespan > 0 else 0.0
 
 
 def summarize(mode: str, label: str, results: Sequence[ActionResult]) -> Burst:
@@ -79,6 +90,7 @@ def summarize(mode: str, label: str, results: Sequence[ActionResult]) -> Burst:
         - min(r.timings.submitted for r in results),
         gpus_mean=statistics.fmean(len(r.units) for r in results),
         loads=sum(bool(r.output.get("loaded")) for r in results),
+        joined=sum(bool(r.output.get("joined")) for r in results),
     )
 
 
@@ -93,12 +105,18 @@ def burst(pool: str, mode: str, count: int, rows: int, model: str) -> list[Actio
                           **fields) for k in range(count)]
 
 
+WORKER_ARGS = {"batched": ("--concurrency", "{n}"),
+               "unbatched": ("--concurrency", "{n}", "--no-batching")}
+"""Extra pool worker arguments per mode (``{n}``: the burst size)."""
+
+
 def run_mode(
     settings: Settings, env: dict[str, str], mode: str, args: argparse.Namespace, logs: Path
 ) -> list[Burst]:
     """Start a pool worker, send a cold then a warm burst, stop the worker."""
     pool = f"bench-{mode}-{os.getpid()}"
-    process = spawn_gpu_worker(env, pool, args.gpus, logs / f"{pool}.log")
+    extra = [a.format(n=max(args.actions, 1)) for a in WORKER_ARGS.get(mode, ())]
+    process = spawn_gpu_worker(env, pool, args.gpus, logs / f"{pool}.log", extra)
     figures = []
     try:
         with TangramClient(settings) as client:
@@ -128,16 +146,43 @@ def render(figures: Sequence[Burst], gpus: int) -> str:
     return "\n".join(lines)
 
 
+def render_batching(figures: Sequence[Burst], gpus: int) -> str:
+    """The printed side-by-side of batched and unbatched bursts, with the throughput ratio."""
+    lines = [
+        f"pool-level batching: bursts on a GPU pool of {gpus} SIMULATED GPUs, real tritonserver",
+        f"{'mode':9} {'round':5} {'n':>3} {'joined':>6} {'ACT mean':>9} {'p90':>7} "
+        f"{'makespan':>8} {'actions/s':>9}",
+    ]
+    for b in figures:
+        lines.append(f"{b.mode:9} {b.round:5} {b.actions:3d} {b.joined:6d} {b.act_mean:9.3f} "
+                     f"{b.act_p90:7.3f} {b.makespan:8.3f} {b.throughput:9.1f}")
+    warm = {b.mode: b for b in figures if b.round == "warm"}
+    if "batched" in warm and "unbatched" in warm and warm["unbatched"].throughput > 0:
+        ratio = warm["batched"].throughput / warm["unbatched"].throughput
+        lines.append(f"warm throughput ratio batched/unbatched: {ratio:.2f}x")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse arguments, run both modes, print the table (or JSON)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--actions", type=int, default=24, help="actions per burst")
-    parser.add_argument("--rows", type=int, default=16, help="pairs scored per action")
-    parser.add_argument("--gpus", type=int, default=8, help="GPUs of the pool (simulated)")
+    parser.add_argument("--batching", action="store_true",
+                        help="compare pool-level batching with --no-batching instead")
+    parser.add_argument("--actions", type=int, default=None,
+                        help="actions per burst (default 24; 32 with --batching)")
+    parser.add_argument("--rows", type=int, default=None,
+                        help="pairs scored per action (default 16; 1 with --batching)")
+    parser.add_argument("--gpus", type=int, default=None,
+                        help="GPUs of the pool, simulated (default 8; 1 with --batching)")
     parser.add_argument("--model", default="answer_match")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
+    defaults = (32, 1, 1) if args.batching else (24, 16, 8)
+    for name, default in zip(("actions", "rows", "gpus"), defaults, strict=True):
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    modes = ("batched", "unbatched") if args.batching else ("elastic", "fixed")
     base = Settings.from_env()
     with (
         ensure_redis(base.redis_url) as redis_url,
@@ -148,10 +193,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         env = {"TANGRAM_REDIS_URL": redis_url, "TANGRAM_TRITON_URL": server.http_url,
                "TANGRAM_TRITON_REPOSITORY": str(default_repository()),
                "TANGRAM_GPU_SIMULATED": "true"}
-        figures = [b for mode in ("elastic", "fixed")
+        figures = [b for mode in modes
                    for b in run_mode(settings, env, mode, args, Path(scratch))]
     if args.json:
         print(json.dumps([asdict(b) for b in figures], indent=2))
+    elif args.batching:
+        print(render_batching(figures, args.gpus))
     else:
         print(render(figures, args.gpus))
     return 0

@@ -47,6 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
         "exporter", help="Prometheus exporter: ACT per kind and pool, queue depths, pool units"))
     status.add_arguments(commands.add_parser(
         "status", help="pools, workers, queue depths, units and resident reward models"))
+    from tangram_celery.autoscale import controller
+
+    controller.add_arguments(commands.add_parser(
+        "autoscaler", help="size the CPU pool to predicted demand within a budget"))
 
     demo = commands.add_parser("demo", help="run a small agentic-coding batch and print ACT")
     demo.add_argument("--trajectories", type=int, default=4)
@@ -75,11 +79,12 @@ def run_worker(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def run_tool(settings: Settings, args: argparse.Namespace) -> int:
-    """``tangram flower``, ``tangram exporter`` or ``tangram status``."""
+    """``tangram flower``, ``tangram exporter``, ``tangram status`` or ``tangram autoscaler``."""
     from tangram_celery import flower, metrics, status
+    from tangram_celery.autoscale import controller
 
     runners = {"flower": flower.run_from_args, "exporter": metrics.run_from_args,
-               "status": status.run_from_args}
+               "status": status.run_from_args, "autoscaler": controller.run_from_args}
     return runners[args.command](settings, args)
 
 
@@ -91,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = Settings.from_env()
         if args.command == "worker":
             return run_worker(settings, args)
-        if args.command in {"flower", "exporter", "status"}:
+        if args.command in {"flower", "exporter", "status", "autoscaler"}:
             return run_tool(settings, args)
         from tangram_celery.demo import DemoConfig
         from tangram_celery.demo import main as demo_main

@@ -1,0 +1,1 @@
+"""Pool autoscaling: a pure sizing policy, actuators that apply it, and the controller loop."""

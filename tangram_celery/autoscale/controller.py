@@ -1,0 +1,322 @@
+"""``tangram autoscaler``: the tick loop that sizes pools.
+
+Each tick gathers all I/O once (queue depths with priority sub-lists and unacked messages, the
+work predicted for the queued messages, recent ACT parts from the ACT stream, the actuator's
+sizes, the clock), calls the pure :func:`~tangram_celery.autoscale.policy.decide`, hands the
+targets to the :class:`~tangram_celery.autoscale.actuators.Actuator`, logs every decision and
+publishes each pool's target and actual size to Redis (``keys.autoscale_pool``) for the exporter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from tangram_celery import keys
+from tangram_celery.action import parse_action
+from tangram_celery.actlog import ActRecord
+from tangram_celery.app import celery_config
+from tangram_celery.autoscale.actuators import CPU_POOL, Actuator, LocalProcessActuator
+from tangram_celery.autoscale.policy import (
+    Budget,
+    Decision,
+    PoolLimits,
+    PoolLoad,
+    ScalingConfig,
+    decide,
+)
+from tangram_celery.errors import ValidationError
+from tangram_celery.inventory import Inventory, priority_lists, read_inventory
+from tangram_celery.settings import Settings
+
+log = logging.getLogger(__name__)
+
+PEEK_LIMIT = 2000
+ACT_WINDOW_S = 30.0
+ACT_SCAN = 2000
+
+
+@dataclass(frozen=True)
+class Work:
+    """Predicted work of some messages: unit-seconds of those with an estimate, and how many
+    have none."""
+
+    seconds: float = 0.0
+    unknown: int = 0
+    count: int = 0
+
+    def __add__(self, other: Work) -> Work:
+        return Work(self.seconds + other.seconds, self.unknown + other.unknown,
+                    self.count + other.count)
+
+    def scaled(self, fraction: float) -> Work:
+        """The same work for a fraction of the messages (prefetched among unacked)."""
+        return Work(self.seconds * fraction, round(self.unknown * fraction),
+                    round(self.count * fraction))
+
+
+@dataclass(frozen=True)
+class RecentAct:
+    """Mean ACT parts of a pool's recent actions."""
+
+    queue_s: float = 0.0
+    exec_s: float = 0.0
+    count: int = 0
+
+
+@dataclass(frozen=True)
+class AutoscalerOptions:
+    """What ``tangram autoscaler`` needs beyond :class:`Settings` (see :func:`add_arguments`)."""
+
+    interval_s: float = 1.0
+    node_cores: int = 2
+    node_memory_mb: float = 8192.0
+    min_nodes: int = 1
+    max_nodes: int = 8
+    budget_cores: int = 0
+    drain_timeout_s: float = 600.0
+    scaling: ScalingConfig = field(default_factory=ScalingConfig)
+
+    def budget(self) -> Budget:
+        """The budget of the CPU pool (``budget_cores`` 0: unlimited)."""
+        totals = {"cpu": self.budget_cores} if self.budget_cores > 0 else {}
+        return Budget(totals, {CPU_POOL: PoolLimits(self.min_nodes, self.max_nodes)})
+
+
+def message_body(raw: bytes | str) -> Any:
+    """The action JSON inside one kombu Redis message (None when it is not one)."""
+    try:
+        envelope = json.loads(raw)
+        body = envelope["body"]
+        if envelope.get("properties", {}).get("body_encoding") == "base64":
+            body = base64.b64decode(body)
+        args = json.loads(body)[0]
+        return args[0] if args else None
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return None
+
+
+def action_work(body: Any) -> Work:
+    """Expected unit-seconds of one action at its minimum units (unknown without T1)."""
+    try:
+        action = parse_action(body)
+    except ValidationError:
+        return Work(0.0, 1, 1)
+    units = action.units().allowed_units()[0] if action.units().allowed_units() else 1
+    duration = action.expected_duration(units)
+    return Work(0.0, 1, 1) if duration is None else Work(duration * max(units, 1), 0, 1)
+
+
+def messages_work(raws: Iterable[bytes | str]) -> Work:
+    """Total predicted work of raw kombu messages."""
+    total = Work()
+    for raw in raws:
+        total += action_work(message_body(raw))
+    return total
+
+
+def unacked_work(values: Iterable[bytes | str], queues: set[str]) -> Work:
+    """Predicted work of the unacked messages (``[message, exchange, routing_key]``) whose routing
+    key is one of ``queues``."""
+    picked: list[str] = []
+    for value in values:
+        try:
+            message, _, routing_key = json.loads(value)
+        except (ValueError, TypeError):
+            continue
+        if routing_key in queues:
+            picked.append(json.dumps(message))
+    return messages_work(picked)
+
+
+def recent_act(records: Iterable[ActRecord], pool: str, since: float) -> RecentAct:
+    """Mean queueing and execution time of ``pool``'s actions finished after ``since``."""
+    mine = [r for r in records if r.pool == pool and r.at >= since]
+    if not mine:
+        return RecentAct()
+    return RecentAct(sum(r.queue_s for r in mine) / len(mine),
+                     sum(r.exec_s for r in mine) / len(mine), len(mine))
+
+
+def cpu_load(
+    inventory: Inventory, ready: Work, unacked: Work, recent: RecentAct, size: int,
+    member_units: int, since_scale_s: float,
+) -> PoolLoad:
+    """The CPU pool's :class:`PoolLoad` from one tick's readings.
+
+    Running units are the allocated cores of live nodes; prefetched messages are the unacked ones
+    beyond one per allocated core (exact for single-core actions, an upper bound otherwise).
+    """
+    live = [n for n in inventory.nodes if n.alive]
+    running_units = sum(max(n.cores - n.free_cores, 0) for n in live)
+    unacked_count = sum(q.unacked for q in inventory.queues if q.pool == "cpu")
+    prefetched = max(unacked_count - running_units, 0)
+    waiting = ready + unacked.scaled(prefetched / unacked_count if unacked_count else 0.0)
+    return PoolLoad(
+        pool=CPU_POOL, resource="cpu", member_units=member_units, size=size,
+        ready=sum(q.ready for q in inventory.queues if q.pool == "cpu"),
+        prefetched=prefetched, running=min(running_units, unacked_count),
+        running_units=running_units, predicted_work_s=waiting.seconds,
+        unknown=waiting.unknown, recent_queue_s=recent.queue_s, recent_exec_s=recent.exec_s,
+        since_scale_s=since_scale_s,
+    )
+
+
+class Controller:
+    """Gathers a tick's inputs, decides, actuates, logs and publishes."""
+
+    def __init__(
+        self, client: redis.Redis, settings: Settings, actuator: Actuator,
+        options: AutoscalerOptions, clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._redis = client
+        self._settings = settings
+        self.actuator = actuator
+        self.options = options
+        self._clock = clock
+        self._last_scale: dict[str, float] = {}
+        self.decisions: list[tuple[float, Decision]] = []
+
+    def tick(self) -> Decision:
+        """One gather -> decide -> actuate round."""
+        now = self._clock()
+        self.actuator.step()
+        loads = [self._cpu_load(now)]
+        decision = decide(loads, self.options.budget(), self.options.scaling)
+        for target in decision.targets:
+            if target.target != target.current:
+                log.info("autoscale %s", target.describe())
+                self.actuator.scale(target.pool, target.target)
+                self._last_scale[target.pool] = now
+            else:
+                log.debug("autoscale %s", target.describe())
+        self._publish(decision, now)
+        self.decisions.append((now, decision))
+        return decision
+
+    def run(self, stop: threading.Event) -> None:
+        """Tick every ``interval_s`` until ``stop`` is set; a failed tick is logged and retried."""
+        while not stop.is_set():
+            try:
+                self.tick()
+            except redis.RedisError:
+                log.warning("autoscaler tick failed (Redis); retrying", exc_info=True)
+            stop.wait(self.options.interval_s)
+
+    def _cpu_load(self, now: float) -> PoolLoad:
+        inventory = read_inventory(self._redis, self._settings, now)
+        queues = [q.queue for q in inventory.queues if q.pool == "cpu"]
+        ready = messages_work(self._peek(queues))
+        unacked = unacked_work(self._redis.hvals("unacked"), set(queues))
+        recent = recent_act(self._recent_records(), "cpu", now - ACT_WINDOW_S)
+        since = now - self._last_scale.get(CPU_POOL, float("-inf"))
+        size = self.actuator.sizes().get(CPU_POOL, 0)
+        return cpu_load(inventory, ready, unacked, recent, size, self.options.node_cores, since)
+
+    def _peek(self, queues: Sequence[str]) -> list[bytes]:
+        options = celery_config(self._settings)["broker_transport_options"]
+        pipe = self._redis.pipeline()
+        for queue in queues:
+            for _, key in priority_lists(queue, str(options["sep"]),
+                                         list(options["priority_steps"])):
+                pipe.lrange(key, 0, PEEK_LIMIT - 1)
+        return [raw for chunk in pipe.execute() for raw in chunk]
+
+    def _recent_records(self) -> list[ActRecord]:
+        entries: Any = self._redis.xrevrange(keys.METRICS_ACTS, count=ACT_SCAN)
+        return [r for _, raw in entries or () if raw and (r := ActRecord.decode(raw)) is not None]
+
+    def _publish(self, decision: Decision, now: float) -> None:
+        pipe = self._redis.pipeline()
+        for target in decision.targets:
+            pipe.sadd(keys.AUTOSCALE_POOLS, target.pool)
+            pipe.hset(keys.autoscale_pool(target.pool), mapping={
+                "target": target.target, "actual": target.current,
+                "units": self.options.node_cores, "action": target.action,
+                "reason": target.reason[:500], "at": now,
+            })
+        pipe.execute()
+
+
+def worker_env(settings: Settings) -> dict[str, str]:
+    """The ``TANGRAM_`` environment handed to the workers the controller starts."""
+    return {
+        "TANGRAM_REDIS_URL": settings.redis_url,
+        "TANGRAM_SANDBOX_ROOT": str(settings.sandbox_root),
+        "TANGRAM_NODE_HEARTBEAT_S": str(settings.node_heartbeat_s),
+        "TANGRAM_NODE_TTL_S": str(settings.node_ttl_s),
+        "TANGRAM_SANDBOX_BACKEND": settings.sandbox_backend,
+        "TANGRAM_SCHEDULER": settings.scheduler,
+    }
+
+
+def local_controller(
+    settings: Settings, options: AutoscalerOptions, log_dir: Path, prefix: str = "auto",
+    env: Mapping[str, str] | None = None,
+) -> Controller:
+    """A controller over local node-worker processes (the embedded default)."""
+    client = redis.Redis.from_url(settings.redis_url)
+    actuator = LocalProcessActuator(
+        client, env if env is not None else worker_env(settings), options.node_cores,
+        options.node_memory_mb, log_dir, prefix, options.drain_timeout_s,
+    )
+    return Controller(client, settings, actuator, options)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``tangram autoscaler``."""
+    base = AutoscalerOptions()
+    scaling = base.scaling
+    parser.add_argument("--interval", type=float, default=base.interval_s,
+                        help=f"seconds between ticks (default {base.interval_s:g})")
+    parser.add_argument("--node-cores", type=int, default=base.node_cores)
+    parser.add_argument("--node-memory-mb", type=float, default=base.node_memory_mb)
+    parser.add_argument("--min-nodes", type=int, default=base.min_nodes)
+    parser.add_argument("--max-nodes", type=int, default=base.max_nodes)
+    parser.add_argument("--budget-cores", type=int, default=base.budget_cores,
+                        help="cores all pools share (0: unlimited)")
+    parser.add_argument("--target-wait", type=float, default=scaling.target_wait_s,
+                        help="seconds in which queued predicted work should clear")
+    parser.add_argument("--down-hold", type=float, default=scaling.down_hold_s,
+                        help="seconds after a change before a pool may shrink")
+    parser.add_argument("--low-water", type=float, default=scaling.low_water)
+    parser.add_argument("--queue-slo", type=float, default=scaling.queue_slo_s)
+    parser.add_argument("--drain-timeout", type=float, default=base.drain_timeout_s)
+    parser.add_argument("--log-dir", type=Path, default=Path("/var/tmp/tangram-autoscaler"))  # nosec B108 # a log dir default, overridable with --log-dir; no temp file
+
+
+def options_from_args(args: argparse.Namespace) -> AutoscalerOptions:
+    """:class:`AutoscalerOptions` from parsed :func:`add_arguments`."""
+    return AutoscalerOptions(
+        interval_s=args.interval, node_cores=args.node_cores, node_memory_mb=args.node_memory_mb,
+        min_nodes=args.min_nodes, max_nodes=args.max_nodes, budget_cores=args.budget_cores,
+        drain_timeout_s=args.drain_timeout,
+        scaling=ScalingConfig(target_wait_s=args.target_wait, down_hold_s=args.down_hold,
+                              low_water=args.low_water, queue_slo_s=args.queue_slo),
+    )
+
+
+def run_from_args(settings: Settings, args: argparse.Namespace) -> int:
+    """Run ``tangram autoscaler`` until SIGINT or SIGTERM, then stop the workers it started."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    args.log_dir.mkdir(parents=True, exist_ok=True)
+    controller = local_controller(settings, options_from_args(args), args.log_dir)
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        controller.run(stop)
+    finally:
+        controller.actuator.close()
+    return 0

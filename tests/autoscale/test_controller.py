@@ -1,0 +1,132 @@
+"""The controller's pure helpers (plain data) and one tick loop against real Redis and workers."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from tangram_celery import keys
+from tangram_celery.actlog import ActRecord
+from tangram_celery.autoscale.controller import (
+    AutoscalerOptions,
+    RecentAct,
+    Work,
+    action_work,
+    cpu_load,
+    local_controller,
+    message_body,
+    recent_act,
+    unacked_work,
+)
+from tangram_celery.autoscale.policy import ScalingConfig
+from tangram_celery.bench.emulation import emulated_exec, emulated_test_run
+from tangram_celery.client import TangramClient
+from tangram_celery.inventory import Inventory, QueueDepth
+from tangram_celery.router import NodeView
+from tangram_celery.settings import Settings
+
+
+def kombu_message(body: object) -> str:
+    """A kombu Redis message carrying one task argument, as Celery stores it."""
+    raw = json.dumps([[body], {}, {}]).encode()
+    return json.dumps({"body": base64.b64encode(raw).decode(), "content-encoding": "utf-8",
+                       "properties": {"body_encoding": "base64"}, "headers": {}})
+
+
+def test_message_work_reads_expected_durations() -> None:
+    declared = emulated_test_run("t1", t1=4.0, p=0.9, max_units=4).to_json()
+    short = emulated_exec("t2", 0.5).to_json()
+    assert message_body(kombu_message(declared)) == declared
+    assert action_work(declared) == Work(4.0, 0, 1)
+    assert action_work(short) == Work(0.5, 0, 1)
+    assert action_work({"kind": "nonsense"}) == Work(0.0, 1, 1)
+    assert message_body(b"not json") is None
+
+
+def test_unacked_work_keeps_only_the_pool_queues() -> None:
+    msg = kombu_message(emulated_exec("t", 2.0).to_json())
+    values = [json.dumps([json.loads(msg), "", "tangram.cpu.a"]),
+              json.dumps([json.loads(msg), "", "tangram.gpu.x"]), "garbage"]
+    assert unacked_work(values, {"tangram.cpu.a"}) == Work(2.0, 0, 1)
+
+
+def test_recent_act_means_over_the_window() -> None:
+    def rec(pool: str, queue_s: float, at: float) -> ActRecord:
+        return ActRecord("exec", pool, "q", "n", "ok", queue_s, 1.0, 0.0, queue_s + 1, at)
+
+    records = [rec("cpu", 2.0, 100), rec("cpu", 4.0, 101), rec("cpu", 50.0, 10),
+               rec("gpu/a", 9.0, 100)]
+    assert recent_act(records, "cpu", since=50) == RecentAct(3.0, 1.0, 2)
+    assert recent_act(records, "api/x", since=0) == RecentAct()
+
+
+def test_cpu_load_splits_prefetched_from_running() -> None:
+    inventory = Inventory(
+        at=0.0,
+        nodes=(NodeView("a", 4, 1, 8192, 0), NodeView("dead", 4, 0, 8192, 0, alive=False)),
+        gpu_pools=(), api_pools=(),
+        queues=(QueueDepth("tangram.cpu.a", "cpu", ((0, 2), (3, 1)), unacked=5),),
+    )
+    load = cpu_load(inventory, Work(6.0, 1, 3), Work(5.0, 0, 5), RecentAct(0.5, 1.0, 4),
+                    size=1, member_units=4, since_scale_s=7.0)
+    assert (load.ready, load.running_units, load.prefetched) == (3, 3, 2)
+    assert load.predicted_work_s == pytest.approx(6.0 + 5.0 * 2 / 5)
+    assert (load.unknown, load.recent_exec_s, load.since_scale_s) == (1, 1.0, 7.0)
+
+
+@pytest.mark.slow
+def test_controller_grows_on_a_burst_and_drains_back(
+    settings: Settings, redis_client: redis.Redis, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Real Redis, real node workers: a burst of 1 s actions grows the pool, every decision is
+    logged and published, and the idle pool drains back to its minimum."""
+    caplog.set_level(logging.INFO, logger="tangram_celery.autoscale")
+    options = AutoscalerOptions(interval_s=0.3, node_cores=2, min_nodes=1, max_nodes=3,
+                                drain_timeout_s=20.0,
+                                scaling=ScalingConfig(target_wait_s=2.0, down_hold_s=1.0))
+    controller = local_controller(settings, options, tmp_path, prefix="t")
+    stop = threading.Event()
+    thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        _wait(lambda: controller.actuator.sizes()["cpu"] == 1 and _alive(redis_client, "t-1"))
+        with TangramClient(settings) as client:
+            handles = [client.submit(emulated_exec(f"traj-{i}", 1.0)) for i in range(12)]
+            _wait(lambda: controller.actuator.sizes()["cpu"] >= 2, timeout=10)
+            results = [h.result(timeout=60) for h in handles]
+            for i in range(12):
+                client.end_trajectory(f"traj-{i}")
+        assert all(r.ok for r in results)
+        published = redis_client.hgetall(keys.autoscale_pool("cpu"))
+        assert int(published[b"target"]) >= 1 and b"reason" in published
+        _wait(lambda: controller.actuator.sizes()["cpu"] == 1
+              and not controller.actuator.draining(),  # type: ignore[attr-defined]
+              timeout=40)
+    finally:
+        stop.set()
+        thread.join(5)
+        controller.actuator.close()
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("autoscale")]
+    assert any("(up;" in line for line in logged) and any("(down;" in line for line in logged)
+
+
+def _alive(client: redis.Redis, node: str) -> bool:
+    raw = client.hget(keys.node(node), "heartbeat")
+    return raw is not None and time.time() - float(raw) < 5
+
+
+def _wait(condition: object, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():  # type: ignore[operator]
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"condition not met within {timeout} s")

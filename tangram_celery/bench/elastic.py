@@ -1,33 +1,52 @@
-"""Elastic scheduling against every action fixed at one core, on the real stack, side by side.
+"""The AI-coding workload on the real stack: tangram vs fixed DoP vs plain FIFO, side by side.
 
-    python -m tangram_celery.bench.elastic [--trajectories 4,12] [--cores 8] [--seed 1]
+    python -m tangram_celery.bench.elastic [--batch 8] [--cores 8] [--seed 1]
+    (the same as: tangram bench coding --mode real --systems tangram,fixed-dop-4,celery ...)
 
 One CPU node worker (real Celery, Redis, bubblewrap sandboxes, audited core allocations) runs
-the same seeded agentic-coding batch twice: with the elastic scheduler, then with
-``TANGRAM_SCHEDULER=fcfs-min`` (every action at its minimum, one core). Test runs are elastic
-(Amdahl, 1..cores) and emulate their work by sleeping T1/S(m) for the m cores they really got
-(see :mod:`tangram_celery.bench.emulation`); exec actions are short and inelastic.
+the same seeded AI-coding batch (the simulator's generator at a smaller scale, see
+:data:`REAL_PARAMS`) once per system:
+
+* ``tangram``: ``TANGRAM_SCHEDULER=elastic``, test runs elastic over 1..cores;
+* ``fixed-dop-<k>``: the same scheduler, every test run declaring exactly ``min(k, cores)``
+  cores (a single-option job is admitted FCFS at that count: the fixed-DoP baseline, no
+  node-side policy needed);
+* ``celery``: ``TANGRAM_SCHEDULER=fcfs-min``, every action at one core, strict FIFO.
+
+Test runs emulate their work by sleeping T1/S(m) for the m cores they really got (see
+:mod:`tangram_celery.bench.emulation`); exec actions sleep their duration on one core.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import random
-import statistics
+import contextlib
+import re
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tangram_celery.action import Action, ActionResult
 from tangram_celery.bench.emulation import emulated_exec, emulated_test_run
+from tangram_celery.bench.sim.record import ActionRecord, RunResult
+from tangram_celery.bench.workloads import CodingParams, Workload, coding
+from tangram_celery.bench.workloads.model import ActionSpec
 from tangram_celery.client import TangramClient
 from tangram_celery.demo import DemoConfig, local_cluster
-from tangram_celery.report import act_table, summarize
+from tangram_celery.services import embedded_redis
 from tangram_celery.settings import Settings
+
+REAL_PARAMS = CodingParams(
+    turns=(2, 4), think_median_s=0.3, think_sigma=0.5, exec_median_s=0.05, exec_sigma=1.0,
+    exec_range_s=(0.001, 1.0), test_median_s=2.5, test_sigma=0.5, test_range_s=(0.5, 10.0),
+)
+"""The AI-coding shape scaled to a laptop: fewer turns, shorter think and exec, short tests."""
+TRAJECTORY_MEMORY_MB = 128.0
+"""Memory each emulated trajectory reserves on its node (its actions only sleep), so that a
+node's default memory holds dozens of trajectories."""
 
 
 @dataclass(frozen=True)
@@ -38,93 +57,126 @@ class Step:
     action: Action
 
 
-def workload(trajectories: int, cores: int, seed: int, tag: str) -> list[list[Step]]:
-    """The seeded batch: per trajectory 3 short exec actions, then one elastic test run."""
-    rng = random.Random(seed)
-    batch = []
-    for t in range(trajectories):
-        tid = f"{tag}-{t}"
-        steps = [Step(rng.uniform(0.0, 1.0), emulated_exec(tid, rng.uniform(0.05, 0.3)))]
-        steps += [Step(rng.uniform(0.1, 0.4), emulated_exec(tid, rng.uniform(0.05, 0.3)))
-                  for _ in range(2)]
-        t1, p = rng.uniform(1.5, 4.0), rng.uniform(0.8, 0.97)
-        steps.append(Step(rng.uniform(0.1, 0.4), emulated_test_run(tid, round(t1, 3),
-                                                                   round(p, 3), cores)))
-        batch.append(steps)
-    return batch
+def real_workload(batch: int, seed: int, cores: int) -> Workload:
+    """The seeded AI-coding batch at the real-stack scale, test runs over 1..cores."""
+    return coding(batch, seed, replace(REAL_PARAMS, max_units=cores))
 
 
-async def _rollout(client: TangramClient, steps: list[Step]) -> list[ActionResult]:
+def scheduler_for(system: str) -> str:
+    """The node scheduler (``TANGRAM_SCHEDULER``) a real-stack system runs with."""
+    if system == "celery":
+        return "fcfs-min"
+    if system == "tangram" or re.fullmatch(r"fixed-dop-\d+", system):
+        return "elastic"
+    raise ValueError(f"the real stack runs tangram, fixed-dop-<k> or celery, not {system!r}")
+
+
+def action_for(spec: ActionSpec, trajectory_id: str, system: str, cores: int) -> Action:
+    """The emulated action of ``spec`` as ``system`` submits it."""
+    if spec.kind != "test_run":
+        action = emulated_exec(trajectory_id, spec.t1)
+    else:
+        fixed = re.fullmatch(r"fixed-dop-(\d+)", system)
+        low = min(int(fixed.group(1)), cores) if fixed else 1
+        high = low if fixed else cores
+        action = emulated_test_run(trajectory_id, round(spec.t1, 3), round(spec.parallel, 3),
+                                   high, min_units=low)
+    return replace(action, trajectory_memory_mb=TRAJECTORY_MEMORY_MB)
+
+
+def steps_for(workload: Workload, system: str, cores: int, tag: str) -> list[list[Step]]:
+    """Every trajectory's steps, with ids made unique by ``tag``."""
+    return [
+        [Step(spec.think_s, action_for(spec, f"{tag}-{t.id}", system, cores))
+         for spec in t.actions]
+        for t in workload.trajectories
+    ]
+
+
+async def _rollout(client: TangramClient, steps: list[Step],
+                   done: Callable[[], None]) -> list[ActionResult]:
     results = []
     for step in steps:
         await asyncio.sleep(step.think_s)
         results.append(await client.submit(step.action))
+        done()
     client.end_trajectory(steps[0].action.trajectory_id)
     return results
 
 
-async def run_batch(client: TangramClient, batch: list[list[Step]]) -> list[ActionResult]:
-    """Run all trajectories concurrently; results flattened."""
-    done = await asyncio.gather(*(_rollout(client, steps) for steps in batch))
-    return [r for results in done for r in results]
+async def run_batch(client: TangramClient, batch: list[list[Step]],
+                    tick: Callable[[int], None] | None = None) -> list[list[ActionResult]]:
+    """Run all trajectories concurrently; results per trajectory; ``tick(n)`` after each."""
+    count = [0]
+
+    def done() -> None:
+        count[0] += 1
+        if tick is not None:
+            tick(count[0])
+
+    return list(await asyncio.gather(*(_rollout(client, steps, done) for steps in batch)))
 
 
-def run_mode(settings: Settings, scheduler: str, trajectories: int, args: argparse.Namespace,
-             logs: Path) -> tuple[list[ActionResult], float]:
-    """One full run of the batch with the node worker using ``scheduler``."""
-    config = DemoConfig(nodes=1, cores_per_node=args.cores)
-    with local_cluster(settings, config, logs, {"TANGRAM_SCHEDULER": scheduler}) as live, \
-            TangramClient(live) as client:
-        batch = workload(trajectories, args.cores, args.seed, f"{scheduler}-{time.time():.0f}")
-        started = time.time()
-        results = asyncio.run(run_batch(client, batch))
-        return results, time.time() - started
+def record_of(result: ActionResult, spec: ActionSpec, trajectory: str, index: int,
+              origin: float) -> ActionRecord:
+    """A real action's result as a benchmark record (times relative to ``origin``)."""
+    act, timings = result.act, result.timings
+    submitted = timings.submitted - origin
+    units = max(len(result.units), 1)
+    return ActionRecord(
+        trajectory=trajectory, index=index, kind=result.kind, pool="cpu", node=result.node,
+        units=units, submitted=submitted,
+        started=(timings.admitted or timings.submitted) - origin,
+        finished=submitted + act["total"], queue=act["queue"], exec=act["exec"],
+        overhead=act["overhead"], held=units * act["exec"], used=spec.t1)
 
 
-def mean_act(results: Sequence[ActionResult], kind: str | None = None) -> float:
-    """Average ACT in seconds (of one kind, or of all)."""
-    return statistics.fmean(r.act["total"] for r in results if kind in (None, r.kind))
-
-
-def compare(settings: Settings, trajectories: int, args: argparse.Namespace,
-            logs: Path) -> list[str]:
-    """Run both modes at one load; print their tables; return the summary lines."""
-    outcome = {}
-    for mode in ("elastic", "fcfs-min"):
-        results, makespan = run_mode(settings, mode, trajectories, args, logs)
-        failed = [r for r in results if not r.ok]
-        print(f"\n== {mode}, {trajectories} trajectories: {len(results)} actions, makespan "
-              f"{makespan:.2f} s, failed {len(failed)}")
-        print(act_table(summarize(results)))
-        outcome[mode] = (results, makespan)
-    elastic, fixed = outcome["elastic"][0], outcome["fcfs-min"][0]
-    lines = []
-    for kind in ("exec", "test_run", None):
-        a, b = mean_act(elastic, kind), mean_act(fixed, kind)
-        lines.append(f"{trajectories:>5} {kind or 'all':<9} {a:9.3f} {b:9.3f} {b / a:8.2f}x")
-    a, b = outcome["elastic"][1], outcome["fcfs-min"][1]
-    lines.append(f"{trajectories:>5} {'makespan':<9} {a:9.2f} {b:9.2f} {b / a:8.2f}x")
-    return lines
+def run_real(workload: Workload, system: str, cores: int, point: dict[str, object],
+             tick: Callable[[int], None] | None = None,
+             settings: Settings | None = None) -> RunResult:
+    """Run ``workload`` on a fresh local cluster: one node worker of ``cores`` on the Redis of
+    ``settings``, or, without settings, on a private embedded Redis (so no state of other runs
+    or users of a shared Redis can leak in)."""
+    scheduler = scheduler_for(system)
+    tag = f"{system}-{int(time.time() * 1000) % 10**9}"
+    batch = steps_for(workload, system, cores, tag)
+    result = RunResult(system, workload.name, point)
+    with contextlib.ExitStack() as stack:
+        if settings is None:
+            server = stack.enter_context(embedded_redis())
+            settings = Settings.from_env().with_(redis_url=server.url, result_url="")
+        logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tangram-bench-")))
+        live = stack.enter_context(local_cluster(
+            settings, DemoConfig(nodes=1, cores_per_node=cores), logs,
+            {"TANGRAM_SCHEDULER": scheduler}))
+        client = stack.enter_context(TangramClient(live))
+        origin = time.time()
+        began = time.perf_counter()
+        outcome = asyncio.run(run_batch(client, batch, tick))
+        result.wall_s = time.perf_counter() - began
+    for trajectory, results in zip(workload.trajectories, outcome, strict=True):
+        mine = [record_of(done, spec, trajectory.id, index, origin)
+                for index, (spec, done) in enumerate(zip(trajectory.actions, results,
+                                                         strict=True))]
+        began = mine[0].submitted - trajectory.actions[0].think_s
+        result.trajectory_times[trajectory.id] = mine[-1].finished - began
+        result.records.extend(mine)
+    result.makespan = max((r.finished for r in result.records), default=0.0)
+    result.step_times = [result.makespan]
+    result.reserved = sum(r.held for r in result.records)
+    result.capacity["cpu"] = float(cores)
+    failed = [r for r in (x for xs in outcome for x in xs) if not r.ok]
+    if failed:
+        raise RuntimeError(f"{len(failed)} actions failed on the real stack, e.g. "
+                           f"{failed[0].action_id}: {failed[0].error}")
+    return result
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run both modes at each load and print their ACT tables and ratios."""
-    parser = argparse.ArgumentParser(prog="python -m tangram_celery.bench.elastic")
-    parser.add_argument("--trajectories", default="4,12",
-                        help="comma-separated batch sizes (loads) to compare at")
-    parser.add_argument("--cores", type=int, default=8)
-    parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args(argv)
-    settings = Settings.from_env()
-    lines = []
-    with tempfile.TemporaryDirectory(prefix="tangram-bench-") as logs:
-        for trajectories in (int(t) for t in args.trajectories.split(",")):
-            lines += compare(settings, trajectories, args, Path(logs))
-    print(f"\naverage ACT (s) on one {args.cores}-core node, seed {args.seed}; "
-          "ratio = fixed-1 / elastic (> 1: elastic is faster)")
-    print(f"{'traj':>5} {'kind':<9} {'elastic':>9} {'fixed-1':>9} {'ratio':>9}")
-    print("\n".join(lines))
-    return 0
+    """``tangram bench coding --mode real`` with this module's defaults."""
+    from tangram_celery.bench.suite import main as suite_main
+
+    return suite_main(["coding", "--mode", "real", *(argv or sys.argv[1:])])
 
 
 if __name__ == "__main__":

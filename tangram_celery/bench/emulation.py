@@ -24,12 +24,13 @@ def amdahl_duration(t1: float, p: float, units: int) -> float:
 
 def emulated_test_run(
     trajectory_id: str, t1: float, p: float, max_units: int, *, declare: bool = True,
-    signature: str = "emulated-tests",
+    signature: str = "emulated-tests", min_units: int = 1,
 ) -> Action:
-    """An elastic test-run action over ``1..max_units`` cores lasting ``T1 / S(m)``.
+    """An elastic test-run action over ``min_units..max_units`` cores lasting ``T1 / S(m)``.
 
     With ``declare`` the action states its T1 and elasticity (profiled); without, the node's
-    online duration model has to learn them from the signature.
+    online duration model has to learn them from the signature. ``min_units == max_units``
+    pins the action to one fixed DoP (the fixed-DoP baseline).
     """
     fields: dict[str, object] = {"signature": signature}
     if declare:
@@ -37,7 +38,7 @@ def emulated_test_run(
     else:
         fields |= {"elasticity": {"amdahl": p}}
     return test_run_action(trajectory_id, SLEEP_BY_UNITS.format(t1=t1, p=p),
-                           cpu=(1, max_units), **fields)
+                           cpu=(min_units, max_units), **fields)
 
 
 def emulated_exec(trajectory_id: str, seconds: float) -> Action:

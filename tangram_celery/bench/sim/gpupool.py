@@ -1,0 +1,83 @@
+"""The pooled GPU cluster (tangram, fixed DoP, plain Celery) with evict-on-execution.
+
+All GPUs form one pool of aligned power-of-two chunks (nodes of ``gpus_per_node``), scheduled
+by the system's policy, which also picks the chunk (best fit, as the real GPU pool does). The
+GPU manager's own pure policy then decides the rest: if the service at that parallelism is not
+resident on the chunk, the least-recently-used overlapping residents are unloaded
+(:func:`~tangram_celery.managers.gpu.plan_placement`, memory per GPU from
+:meth:`GpuService.memory_mb`) and the service is restored, which takes :meth:`Cluster.load_s`
+while holding the chunk: that time is the action's overhead. Every (service, parallelism,
+chunk) is its own resident, as in the real manager, so a service run at a new parallelism or on
+a new chunk is restored again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from tangram_celery.bench.sim.cluster import Cluster
+from tangram_celery.bench.sim.costs import Costs
+from tangram_celery.bench.sim.policy import PolicyFactory, Shape
+from tangram_celery.bench.sim.pooled import Launch, PooledBackend, UnitPool
+from tangram_celery.bench.workloads.model import ActionSpec, Workload
+from tangram_celery.managers.gpu import Resident, plan_placement
+from tangram_celery.scheduling import GpuPool, Pool, Start
+
+Chunk = tuple[int, ...]
+
+
+class Residency:
+    """Which services are loaded where; says when a start needs a restore."""
+
+    def __init__(self, workload: Workload, cluster: Cluster) -> None:
+        self.services = {service.name: service for service in workload.services}
+        self.cluster = cluster
+        self.memory_mb = int(cluster.gpu_memory_gb * 1000)
+        self.residents: dict[str, Resident] = {}
+        self.clock = 0
+        self.loads = 0
+
+    def place(self, starts: Sequence[tuple[Start, ActionSpec]],
+              free: Sequence[int]) -> list[tuple[Chunk, float]]:
+        """Each start on the policy's chunk, with its restore time (0: resident)."""
+        del free
+        return [(start.units, self._load(spec, start.units)) for start, spec in starts]
+
+    def _load(self, spec: ActionSpec, chunk: Chunk) -> float:
+        service = self.services[spec.service]
+        need = service.memory_mb(len(chunk))
+        plan = plan_placement(self.residents, service.name, chunk, need, self.memory_mb)
+        if not plan.fits:
+            raise ValueError(f"service {service.name} needs {need} MB per GPU on "
+                             f"{len(chunk)} GPUs; more than a GPU holds")
+        self.clock += 1
+        for name in plan.evict:
+            del self.residents[name]
+        if plan.name in self.residents:
+            self.residents[plan.name] = replace(self.residents[plan.name], last_used=self.clock)
+            return 0.0
+        self.residents[plan.name] = Resident(plan.name, service.name, chunk, need, self.clock)
+        self.loads += 1
+        return self.cluster.load_s(service, len(chunk))
+
+
+class GpuPooled(PooledBackend):
+    """The GPU backend of the pooled systems: one pool of every GPU."""
+
+    resource = "gpu"
+
+    def __init__(self, workload: Workload, cluster: Cluster, shape: Shape,
+                 policy: PolicyFactory, costs: Costs) -> None:
+        total, size = cluster.gpus, cluster.gpus_per_node
+        self.residency = Residency(workload, cluster)
+
+        def view(free: tuple[int, ...]) -> Pool:
+            return GpuPool("gpu", free, total, size)
+
+        pool = UnitPool("gpu", range(total), view, policy(), self.residency)
+        super().__init__(workload, shape, costs.dispatch_s, [pool])
+
+    def used(self, launch: Launch, finished: float) -> float:
+        """GPU-seconds busy running (not restoring)."""
+        return len(launch.units) * (finished - launch.started - launch.setup_s)

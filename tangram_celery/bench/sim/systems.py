@@ -1,0 +1,109 @@
+"""The systems compared, by name, and how each is assembled from backends.
+
+* ``tangram``: pooled, every action shaped elastic, the default policy (``ersa``: the paper's
+  algorithm as :func:`tangram_celery.scheduling.decide` implements it). ``tangram:<policy>``
+  runs any registered policy (see :mod:`.policy`).
+* ``fixed-dop-<k>``: pooled, every elastic action at a fixed DoP k (the paper's ablation).
+* ``celery``: plain Celery: FIFO, one queue per node with concurrency = cores, every action at
+  one unit, no elasticity (the same routing and FCFS admission, ``TANGRAM_SCHEDULER=fcfs-min``);
+  no cross-worker API quota, so API calls retry on rejection with backoff.
+* ``static``: per-trajectory pods on CPU (:mod:`.pods`), static GPU services (:mod:`.services`),
+  direct API calls with retries (:mod:`.quota`). ``static-n4``: the same with the test run
+  using ``pytest -n 4`` inside its 4-core limit.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tangram_celery.bench.sim.cluster import Cluster
+from tangram_celery.bench.sim.costs import Costs
+from tangram_celery.bench.sim.engine import Backend, Engine, Progress
+from tangram_celery.bench.sim.gpupool import GpuPooled
+from tangram_celery.bench.sim.nodes import CpuNodes
+from tangram_celery.bench.sim.pods import Pods, PodSpec
+from tangram_celery.bench.sim.policy import (
+    DEFAULT_POLICY,
+    Elastic,
+    FixedDop,
+    Minimum,
+    Shape,
+    policy_factory,
+)
+from tangram_celery.bench.sim.quota import ApiDirect, ApiQuota
+from tangram_celery.bench.sim.record import RunResult
+from tangram_celery.bench.sim.services import StaticServices
+from tangram_celery.bench.workloads.model import Workload
+
+DEFAULT_SYSTEMS = ("tangram", "static", "fixed-dop-4", "fixed-dop-16", "celery")
+
+
+@dataclass(frozen=True)
+class System:
+    """A named system: pooled (a shape and a policy) or static (a pod shape)."""
+
+    name: str
+    pooled: bool
+    shape: Shape = field(default_factory=Elastic)
+    policy: str = DEFAULT_POLICY
+    pod: PodSpec = field(default_factory=PodSpec)
+    quota: bool = True
+
+
+def system(name: str, default_policy: str = DEFAULT_POLICY) -> System:
+    """The system called ``name`` (see the module docstring for the names)."""
+    if name == "tangram" or name.startswith("tangram:"):
+        policy = name.partition(":")[2] or default_policy
+        policy_factory(policy)
+        return System(name, True, Elastic(), policy)
+    fixed = re.fullmatch(r"fixed-dop-(\d+)", name)
+    if fixed:
+        return System(name, True, FixedDop(int(fixed.group(1))))
+    if name == "celery":
+        return System(name, True, Minimum(), quota=False)
+    if name == "static":
+        return System(name, False)
+    if name == "static-n4":
+        return System(name, False, pod=PodSpec(test_threads=4))
+    raise ValueError(f"unknown system {name!r}; use tangram[:policy], fixed-dop-<k>, celery, "
+                     "static or static-n4")
+
+
+def backends(workload: Workload, chosen: System, cluster: Cluster, costs: Costs,
+             seed: int) -> dict[str, Backend]:
+    """One backend per pool type the workload uses."""
+    pools = {a.pool for t in workload.trajectories for a in t.actions}
+    built: dict[str, Backend] = {}
+    if chosen.pooled:
+        factory = policy_factory(chosen.policy)
+        makers: dict[str, Callable[[], Backend]] = {
+            "cpu": lambda: CpuNodes(workload, cluster, chosen.shape, factory, costs),
+            "gpu": lambda: GpuPooled(workload, cluster, chosen.shape, factory, costs),
+            "api": lambda: (ApiQuota(workload, cluster, costs) if chosen.quota else
+                            ApiDirect(workload, cluster, costs, seed, costs.dispatch_s)),
+        }
+    else:
+        makers = {
+            "cpu": lambda: Pods(workload, cluster, costs, chosen.pod),
+            "gpu": lambda: StaticServices(workload, cluster, costs),
+            "api": lambda: ApiDirect(workload, cluster, costs, seed),
+        }
+    for pool in ("cpu", "gpu", "api"):
+        if pool in pools:
+            built[pool] = makers[pool]()
+    return built
+
+
+def simulate(workload: Workload, name: str, cluster: Cluster, costs: Costs, *, seed: int = 0,
+             point: dict[str, object] | None = None, progress: Progress | None = None,
+             default_policy: str = DEFAULT_POLICY) -> RunResult:
+    """Run system ``name`` on ``workload``; the result holds every action's record."""
+    chosen = system(name, default_policy)
+    result = RunResult(name, workload.name, dict(point or {}))
+    began = time.perf_counter()
+    Engine(workload, backends(workload, chosen, cluster, costs, seed), progress).run(result)
+    result.wall_s = time.perf_counter() - began
+    return result

@@ -1,0 +1,306 @@
+"""``tangram bench``: the paper's experiments as one command, simulated or on the real stack.
+
+    tangram bench coding --mode sim --sweep batch --out docs
+    tangram bench mopd --mode sim --sweep gpus --systems tangram,static,fixed-dop-4,celery
+    tangram bench coding --mode real --systems tangram,fixed-dop-4,celery --batch 8 --cores 8
+    tangram bench trace --trace mine.jsonl --mode sim
+
+Workloads: ``coding``, ``mopd``, ``deepsearch`` (seeded generators) or ``trace`` (a JSON Lines
+file, see :mod:`tangram_celery.bench.workloads.trace`). Systems: see
+:mod:`tangram_celery.bench.sim.systems`. Each invocation writes, under ``--out``:
+
+* ``bench/<name>.actions.json``: every action's ACT parts, per run;
+* ``bench/<name>.json``: the summaries; ``bench/<name>.md``: the report section;
+* ``bench/<name>-cdf.png``, ``-breakdown.png`` and, for sweeps, ``-sweep.png``;
+* ``results.md``: every section under ``--out/bench``, rebuilt (never edit it by hand).
+
+``<name>`` is ``<workload>-<mode>[-<sweep>][-<tag>]``. The real mode also simulates the same
+workload on the same single node (preset ``sim``), so the two orderings compare like with like.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from tangram_celery.bench import plots
+from tangram_celery.bench.plan import SWEEPS, Point, headline, points, workload_at
+from tangram_celery.bench.report import Section, index, section
+from tangram_celery.bench.sim.cluster import Cluster
+from tangram_celery.bench.sim.costs import PRESETS
+from tangram_celery.bench.sim.invariants import violations
+from tangram_celery.bench.sim.policy import DEFAULT_POLICY
+from tangram_celery.bench.sim.record import RunResult
+from tangram_celery.bench.sim.systems import DEFAULT_SYSTEMS, simulate
+from tangram_celery.bench.summary import Summary, summarize
+from tangram_celery.bench.tables import gpu_parity
+from tangram_celery.bench.workloads import GENERATORS, Workload, read_trace
+
+REAL_SYSTEMS = ("tangram", "fixed-dop-4", "celery")
+FIELDS = ("trajectory", "index", "kind", "node", "units", "submitted", "started", "finished",
+          "queue", "exec", "overhead", "total")
+Runner = Callable[[Workload, str, Point, str, Callable[[int], None]], RunResult]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The arguments of ``tangram bench``."""
+    parser = argparse.ArgumentParser(prog="tangram bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("workload", choices=[*sorted(GENERATORS), "trace"])
+    parser.add_argument("--systems", default=None,
+                        help="comma-separated systems (sim default: "
+                             f"{','.join(DEFAULT_SYSTEMS)}; real: {','.join(REAL_SYSTEMS)})")
+    parser.add_argument("--mode", choices=("sim", "real"), default="sim")
+    parser.add_argument("--sweep", choices=sorted(SWEEPS), default=None)
+    parser.add_argument("--points", default=None, help="comma-separated sweep values")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="trajectories (samples per step for mopd); sim 1280, real 8")
+    parser.add_argument("--cores", type=int, default=None,
+                        help="CPU cores: sim 1280 (multiple of 256), real: one node's cores (8)")
+    parser.add_argument("--gpus", type=int, default=40, help="GPUs (multiple of 8)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--costs", default="sched,cp",
+                        help="cost presets: sched (scheduling alone), cp (control plane)")
+    parser.add_argument("--policy", default=DEFAULT_POLICY, help="tangram's default policy")
+    parser.add_argument("--trace", type=Path, default=None, help="JSON Lines trace to replay")
+    parser.add_argument("--load-init-s", type=float, default=None,
+                        help="GPU service restore: fixed seconds (default 2.0)")
+    parser.add_argument("--restore-gbps", type=float, default=None,
+                        help="GPU service restore: GB/s per GPU (default 10)")
+    parser.add_argument("--out", type=Path, default=Path("bench-results"))
+    parser.add_argument("--tag", default="", help="suffix of the output names (variants)")
+    return parser
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to run: the points (and the base they vary), the systems, the cost presets."""
+
+    points: list[Point]
+    base: Point
+    systems: list[str]
+    presets: list[str]
+    workload: Callable[[Point], Workload]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark and write its outputs; returns a process exit code."""
+    args = build_parser().parse_args(argv)
+    command = "tangram bench " + " ".join(sys.argv[1:] if argv is None else argv)
+    try:
+        plan = resolve(args)
+    except ValueError as exc:
+        print(f"tangram bench: error: {exc}", file=sys.stderr)
+        return 2
+    runner = _runner(args)
+    results, summaries = _run_all(plan, runner)
+    by_point = {str(p.as_dict()): p for p in plan.points}
+    failures = [(r.system, problem) for r in results
+                for problem in violations(plan.workload(by_point[str(r.point)]), r)][:10]
+    _write(args, command, plan, results, summaries)
+    for system, problem in failures:
+        print(f"invariant violated ({system}): {problem}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+def resolve(args: argparse.Namespace) -> Plan:
+    """The plan of an invocation; ValueError names what is wrong with the arguments."""
+    real = args.mode == "real"
+    if real and args.workload != "coding":
+        raise ValueError("the real-stack mode runs the coding workload")
+    base = Point(batch=args.batch or (8 if real else 1280),
+                 cores=args.cores or (8 if real else 1280), gpus=args.gpus)
+    values = tuple(float(v) for v in args.points.split(",")) if args.points else None
+    default = REAL_SYSTEMS if real else DEFAULT_SYSTEMS
+    systems = args.systems.split(",") if args.systems else list(default)
+    presets = ["real", "sim"] if real else args.costs.split(",")
+    unknown = [p for p in presets if p not in PRESETS and not real]
+    if unknown:
+        raise ValueError(f"unknown cost presets {unknown}; use sched and/or cp")
+    if args.workload == "trace" and args.trace is None:
+        raise ValueError("give --trace FILE for the trace workload")
+    if args.workload == "trace" and args.sweep in ("batch", "parallel"):
+        raise ValueError(f"a trace's size and shape are fixed: --sweep {args.sweep} does not "
+                         "apply; sweep cores or gpus")
+    trace = read_trace(args.trace) if args.workload == "trace" else None
+
+    def workload(point: Point) -> Workload:
+        if real:
+            from tangram_celery.bench.elastic import real_workload
+
+            return real_workload(point.batch, args.seed, point.cores)
+        return workload_at(args.workload, point, args.seed, trace)
+
+    return Plan(points(base, args.sweep, values), base, systems, presets, workload)
+
+
+def physics(args: argparse.Namespace) -> dict[str, float]:
+    """The physical-cost flags given on the command line."""
+    given = {"load_init_s": args.load_init_s, "restore_gbps": args.restore_gbps}
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def _runner(args: argparse.Namespace) -> Runner:
+    """Runs one system at one point under one preset: simulated, or on the real stack (preset
+    ``real``), or simulated on the real stack's single node (preset ``sim`` of the real mode,
+    with the control-plane costs) so both orderings can be compared like with like."""
+
+    def run(workload: Workload, system: str, point: Point, preset: str,
+            tick: Callable[[int], None]) -> RunResult:
+        if preset == "real":
+            from tangram_celery.bench.elastic import run_real
+
+            return run_real(workload, system, point.cores, point.as_dict(), tick)
+        if args.mode == "real":
+            node = Cluster(cpu_nodes=1, cores_per_node=point.cores, numa_per_node=1)
+            return simulate(workload, system, node, PRESETS["cp"], seed=args.seed,
+                            point=point.as_dict(), progress=tick, default_policy=args.policy)
+        return simulate(workload, system, point.cluster(physics(args)), PRESETS[preset],
+                        seed=args.seed, point=point.as_dict(), progress=tick,
+                        default_policy=args.policy)
+
+    return run
+
+
+def _run_all(plan: Plan, runner: Runner) -> tuple[list[RunResult], list[Summary]]:
+    """Every system at every point under every preset, with a progress bar."""
+    results: list[RunResult] = []
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns) as progress:
+        total = len(plan.points) * len(plan.systems) * len(plan.presets)
+        overall = progress.add_task("runs", total=total)
+        for point in plan.points:
+            workload = plan.workload(point)
+            for system in plan.systems:
+                for preset in plan.presets:
+                    result = _run_one(progress, runner, workload, system, point, preset)
+                    if result is not None:
+                        results.append(result)
+                    progress.advance(overall)
+    return results, [summarize(r, r.costs) for r in results]
+
+
+def _run_one(progress: Progress, runner: Runner, workload: Workload, system: str, point: Point,
+             preset: str) -> RunResult | None:
+    """One run with its own progress bar; None when the system cannot run at this point."""
+    label = escape(f"{system} [{preset}] {point.as_dict()}")
+    task = progress.add_task(label, total=workload.action_count())
+
+    def tick(done: int) -> None:
+        progress.update(task, completed=done)
+
+    try:
+        result = runner(workload, system, point, preset, tick)
+    except ValueError as exc:
+        progress.console.print(f"skipped {label}: {escape(str(exc))}")
+        progress.remove_task(task)
+        return None
+    progress.update(task, completed=len(result.records))
+    result.costs = preset
+    return result
+
+
+def _write(args: argparse.Namespace, command: str, plan: Plan, results: list[RunResult],
+           summaries: list[Summary]) -> None:
+    name = "-".join(part for part in (args.workload, args.mode, args.sweep, args.tag) if part)
+    folder = args.out / "bench"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.actions.json").write_text(json.dumps(actions_json(results)))
+    (folder / f"{name}.json").write_text(json.dumps([asdict(s) for s in summaries], indent=1))
+    chosen = headline(plan.points, plan.base, args.sweep).as_dict()
+    top = [s for s in summaries if s.point == chosen]
+    plotted = _plots(folder, name, args.sweep, plan.presets, results, summaries, chosen)
+    setup = _setup(args, plan.points, results)
+    notes = _notes(args, plan, summaries)
+    text = section(Section(name, command, setup, tuple(plan.presets), args.sweep, top,
+                           summaries, plotted, notes))
+    (folder / f"{name}.md").write_text(text + "\n")
+    sections = {path.stem: path.read_text() for path in sorted(folder.glob("*.md"))}
+    (args.out / "results.md").write_text(index(sections))
+    print(text)
+
+
+def _notes(args: argparse.Namespace, plan: Plan, summaries: list[Summary]) -> tuple[str, ...]:
+    if args.sweep == "gpus":
+        return tuple(gpu_parity(summaries, preset) for preset in plan.presets)
+    if args.mode == "real":
+        return ("*simulated, same workload and node*: the simulator on one node of the same "
+                "cores, the same seeded workload, with the control-plane costs (tangram's "
+                "measured per-action dispatch cost), to compare the orderings like with like.",)
+    return ()
+
+
+def _plots(folder: Path, name: str, sweep: str | None, presets: list[str],
+           results: list[RunResult], summaries: list[Summary],
+           chosen: dict[str, object]) -> dict[str, str]:
+    first = presets[0]
+    picked = [r for r, s in zip(results, summaries, strict=True)
+              if s.point == chosen and s.costs == first]
+    made: dict[str, str] = {}
+    if not picked:
+        return made
+    cdf = folder / f"{name}-cdf.png"
+    plots.act_cdf({r.system: acts_by_kind(r) for r in picked}, cdf,
+                  f"{name}: ACT CDF ({first}, {chosen})")
+    made["ACT CDF"] = f"bench/{cdf.name}"
+    bars = folder / f"{name}-breakdown.png"
+    plots.breakdown([s for s in summaries if s.point == chosen and s.costs == first], bars,
+                    f"{name}: ACT breakdown ({first})")
+    made["ACT breakdown"] = f"bench/{bars.name}"
+    if sweep:
+        line = folder / f"{name}-sweep.png"
+        plots.sweep([s for s in summaries if s.costs == first], sweep, line,
+                    f"{name}: against {sweep} ({first})")
+        made[f"ACT against {sweep}"] = f"bench/{line.name}"
+    return made
+
+
+def _setup(args: argparse.Namespace, all_points: list[Point],
+           results: list[RunResult]) -> str:
+    wall = sum(r.wall_s for r in results)
+    if args.mode == "real":
+        return (f"Real stack on this machine: one CPU node worker with {all_points[0].cores} "
+                "emulated cores (units are real exclusive allocations; work is emulated by "
+                f"sleeping T1/S(m)), Celery + Redis + bubblewrap sandboxes; seed {args.seed}; "
+                f"{len(results)} runs in {wall:.0f} s.")
+    cluster = all_points[0].cluster(physics(args))
+    rows = "\n".join(f"| {flag} | {value} | {source} |"
+                     for flag, value, source in cluster.physics())
+    return (f"Simulated: CPU nodes of 256 cores, GPU nodes of 8 x 80 GB GPUs; workload "
+            f"`{args.workload}`, seed {args.seed}; points "
+            f"{[p.as_dict() for p in all_points]}; {len(results)} runs in {wall:.0f} s of "
+            "simulation wall time on this machine.\n\nPhysical costs (charged in every "
+            "preset):\n\n| flag | value | source |\n| --- | --- | --- |\n" + rows)
+
+
+def acts_by_kind(result: RunResult) -> dict[str, list[float]]:
+    """A run's ACTs per action kind."""
+    acts: dict[str, list[float]] = {}
+    for record in result.records:
+        acts.setdefault(record.kind, []).append(record.total)
+    return acts
+
+
+def actions_json(results: Sequence[RunResult]) -> dict[str, Any]:
+    """Every action's ACT parts per run, as rows under ``fields``."""
+    runs = []
+    for result in results:
+        rows = [[r.trajectory, r.index, r.kind, r.node, r.units, round(r.submitted, 6),
+                 round(r.started, 6), round(r.finished, 6), round(r.queue, 6), round(r.exec, 6),
+                 round(r.overhead, 6), round(r.total, 6)] for r in result.records]
+        runs.append({"system": result.system, "costs": result.costs, "point": result.point,
+                     "actions": rows})
+    return {"fields": list(FIELDS), "runs": runs}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""``tangram bench`` end to end in simulation mode: its files, tables and plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tangram_celery.bench.suite import main
+from tangram_celery.bench.workloads import coding, write_trace
+
+
+def test_single_point_writes_every_output(tmp_path: Path) -> None:
+    code = main(["coding", "--batch", "8", "--cores", "256", "--systems",
+                 "tangram,static,celery", "--out", str(tmp_path)])
+    assert code == 0
+    folder = tmp_path / "bench"
+    for name in ("coding-sim.md", "coding-sim.json", "coding-sim.actions.json",
+                 "coding-sim-cdf.png", "coding-sim-breakdown.png"):
+        assert (folder / name).stat().st_size > 0
+    actions = json.loads((folder / "coding-sim.actions.json").read_text())
+    assert len(actions["runs"]) == 6  # 3 systems x 2 cost presets
+    total = coding(8, 1).action_count()
+    fields = actions["fields"]
+    for run in actions["runs"]:
+        assert len(run["actions"]) == total
+        for row in run["actions"]:
+            item = dict(zip(fields, row, strict=True))
+            assert abs(item["queue"] + item["exec"] + item["overhead"] - item["total"]) < 1e-5
+    report = (tmp_path / "results.md").read_text()
+    assert report.startswith("# Benchmark results")
+    assert "tangram bench coding --batch 8" in report
+    assert "| static | external time per trajectory |" in report
+    assert "max_pods_per_node" in report
+
+
+def test_sweep_table_and_plot(tmp_path: Path) -> None:
+    code = main(["coding", "--sweep", "batch", "--points", "4,8", "--cores", "256",
+                 "--systems", "tangram,fixed-dop-4", "--costs", "sched", "--out",
+                 str(tmp_path)])
+    assert code == 0
+    assert (tmp_path / "bench" / "coding-sim-batch-sweep.png").stat().st_size > 0
+    text = (tmp_path / "bench" / "coding-sim-batch.md").read_text()
+    assert "### Sweep over batch" in text and "| 4 |" in text and "| 8 |" in text
+
+
+def test_gpu_sweep_skips_what_cannot_fit(tmp_path: Path) -> None:
+    code = main(["mopd", "--sweep", "gpus", "--points", "8,24", "--batch", "8", "--systems",
+                 "tangram,static", "--costs", "sched", "--out", str(tmp_path)])
+    assert code == 0
+    summaries = json.loads((tmp_path / "bench" / "mopd-sim-gpus.json").read_text())
+    assert {(s["system"], s["point"]["gpus"]) for s in summaries} == {
+        ("tangram", 8), ("tangram", 24), ("static", 24)}
+
+
+def test_trace_replay_and_bad_arguments(tmp_path: Path) -> None:
+    trace = tmp_path / "mine.jsonl"
+    write_trace(trace, coding(4, 9))
+    assert main(["trace", "--trace", str(trace), "--cores", "256", "--systems", "tangram",
+                 "--costs", "cp", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "bench" / "trace-sim.md").exists()
+    assert main(["trace", "--out", str(tmp_path)]) == 2
+    assert main(["coding", "--costs", "nope", "--out", str(tmp_path)]) == 2
+    assert main(["mopd", "--mode", "real", "--out", str(tmp_path)]) == 2

@@ -52,6 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
     controller.add_arguments(commands.add_parser(
         "autoscaler", help="size the CPU pool to predicted demand within a budget"))
 
+    commands.add_parser("bench", add_help=False,
+                        help="benchmarks: `tangram bench <workload> --mode sim|real ...` "
+                             "(see `tangram bench --help`)")
+
     demo = commands.add_parser("demo", help="run a small agentic-coding batch and print ACT")
     demo.add_argument("--trajectories", type=int, default=4)
     demo.add_argument("--code-actions", type=int, default=3)
@@ -90,6 +94,11 @@ def run_tool(settings: Settings, args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tangram`` command."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:
+        from tangram_celery.bench.suite import main as bench_main
+
+        return bench_main(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     try:

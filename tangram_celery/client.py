@@ -38,6 +38,7 @@ from tangram_celery.errors import (
 )
 from tangram_celery.feasibility import check_api, check_cpu, check_gpu
 from tangram_celery.inventory import GpuPoolView, gpu_pool_view
+from tangram_celery.ledger import Ledger
 from tangram_celery.managers.basic import parse_api_limits
 from tangram_celery.node import action_limits
 from tangram_celery.progress import result_progress
@@ -91,6 +92,7 @@ class ActionHandle:
         return self.aresult().__await__()
 
     def _finish(self, meta: Mapping[str, Any]) -> ActionResult:
+        self._client._forget(self.id)
         completed = time.time()
         if meta.get("status") != "SUCCESS" or not isinstance(meta.get("result"), Mapping):
             detail = meta.get("result")
@@ -112,7 +114,10 @@ class TangramClient:
         self.app = app or make_app(settings)
         self._redis = redis.Redis.from_url(settings.redis_url)
         self._registry = Registry(self._redis, settings.node_ttl_s, settings.trajectory_ttl_s)
-        self._waiter = ResultWaiter(redis.Redis.from_url(settings.result_backend_url))
+        self._ledger = Ledger(self._redis, settings.result_ttl_s)
+        self._action_ids: dict[bytes, str] = {}
+        self._waiter = ResultWaiter(redis.Redis.from_url(settings.result_backend_url),
+                                    fallback=self._ledger_records)
         self._limits = action_limits(settings)
         self._pins: dict[str, tuple[str, float]] = {}
         self._apis = parse_api_limits(settings.api_limits)
@@ -260,9 +265,26 @@ class TangramClient:
         self._gpu_pools[name] = (view, now)
         return view
 
+    def _ledger_records(self, result_keys: list[bytes]) -> list[dict[str, Any] | None]:
+        """Ready Celery-style records from the action ledger for pending result keys."""
+        ids = [self._action_ids.get(key) for key in result_keys]
+        known = [i for i in ids if i is not None]
+        stored = dict(zip(known, self._ledger.results(known), strict=True))
+        records: list[dict[str, Any] | None] = []
+        for action_id in ids:
+            record = stored.get(action_id) if action_id is not None else None
+            records.append(None if record is None else {"status": "SUCCESS", "result": record})
+        return records
+
+    def _forget(self, action_id: str) -> None:
+        raw = self.app.backend.get_key_for_task(action_id)
+        self._action_ids.pop(raw if isinstance(raw, bytes) else str(raw).encode(), None)
+
     def _result_key(self, action_id: str) -> bytes:
-        key = self.app.backend.get_key_for_task(action_id)
-        return key if isinstance(key, bytes) else str(key).encode()
+        raw = self.app.backend.get_key_for_task(action_id)
+        key = raw if isinstance(raw, bytes) else str(raw).encode()
+        self._action_ids[key] = action_id
+        return key
 
 
 def _ignore_argument(callback: Callable[[], None]) -> Callable[[Any], None]:

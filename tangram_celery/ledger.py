@@ -20,6 +20,7 @@ from tangram_celery import keys
 
 DEAD_LETTER_BODY_CAP = 65536
 DEAD_LETTER_MAX = 10000
+STORE_RETRY_S = 60.0
 
 
 class Ledger:
@@ -43,7 +44,28 @@ class Ledger:
         return int(attempt)
 
     def store(self, action_id: str, result: dict[str, Any]) -> dict[str, Any]:
-        """Store ``result`` unless one is already stored; returns the one that is stored."""
+        """Store ``result`` unless one is already stored; returns the one that is stored.
+
+        A broker that is restarting is waited for (up to ``STORE_RETRY_S``), so a finished
+        action's result is not lost to a short outage between its run and its ack.
+        """
+        deadline = time.monotonic() + STORE_RETRY_S
+        delay = 0.05
+        while True:
+            try:
+                return self._store_once(action_id, result)
+            except (redis.ConnectionError, redis.TimeoutError):
+                if time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    def results(self, action_ids: list[str]) -> list[dict[str, Any] | None]:
+        """The stored results of several actions (None where there is none)."""
+        raws = self._redis.mget([keys.action_result(a) for a in action_ids]) if action_ids else []
+        return [None if raw is None else dict(json.loads(raw)) for raw in raws]
+
+    def _store_once(self, action_id: str, result: dict[str, Any]) -> dict[str, Any]:
         body = json.dumps(result, separators=(",", ":"))
         if self._redis.set(keys.action_result(action_id), body, nx=True, ex=self._ttl_s):
             return result

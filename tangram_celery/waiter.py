@@ -14,6 +14,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
@@ -41,8 +42,14 @@ def decode_meta(raw: bytes | str | None) -> dict[str, Any] | None:
 class ResultWaiter:
     """Resolve futures when Celery stores the results of given result keys."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(
+        self, client: redis.Redis,
+        fallback: Callable[[list[bytes]], list[dict[str, Any] | None]] | None = None,
+    ) -> None:
+        """``fallback`` maps result keys to ready records found elsewhere (the action ledger),
+        consulted by the periodic sweep in case Celery's own record was lost."""
         self._client = client
+        self._fallback = fallback
         self._lock = threading.Lock()
         self._pending: dict[bytes, Future[dict[str, Any]]] = {}
         self._new: queue.SimpleQueue[bytes] = queue.SimpleQueue()
@@ -62,7 +69,7 @@ class ResultWaiter:
                 future = Future()
                 self._pending[key] = future
                 self._new.put(key)
-            if self._thread is None:
+            if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="tangram-waiter",
                                                 daemon=True)
                 self._thread.start()
@@ -83,7 +90,7 @@ class ResultWaiter:
         while not self._stop.is_set():
             try:
                 self._serve()
-            except redis.RedisError:
+            except Exception:  # the waiter must outlive any broker or client failure
                 log.warning("result waiter lost Redis; reconnecting", exc_info=True)
                 self._stop.wait(0.2)
 
@@ -97,12 +104,12 @@ class ResultWaiter:
         try:
             while not self._stop.is_set():
                 self._subscribe_new(client, pubsub)
-                if not pubsub.subscribed:
+                if pubsub.subscribed:
+                    message = pubsub.get_message(timeout=0.002)
+                    if message is not None and message.get("type") == "message":
+                        self._resolve(pubsub, message["channel"], message["data"])
+                else:
                     self._idle(client, pubsub)
-                    continue
-                message = pubsub.get_message(timeout=0.002)
-                if message is not None and message.get("type") == "message":
-                    self._resolve(pubsub, message["channel"], message["data"])
                 if time.monotonic() - last_sweep > SWEEP_INTERVAL_S:
                     self._sweep(client, pubsub)
                     last_sweep = time.monotonic()
@@ -128,12 +135,30 @@ class ResultWaiter:
             self._resolve(pubsub, key, raw)
 
     def _sweep(self, client: redis.Redis, pubsub: Any) -> None:
+        """Look every pending key up directly (results published while the subscription was
+        down are not missed) and subscribe again any key the subscription lost."""
         with self._lock:
             pending = list(self._pending)
+        subscribed = set(pubsub.channels)
+        for key in pending:
+            if key not in subscribed:
+                self._new.put(key)
         for start in range(0, len(pending), 512):
             chunk = pending[start : start + 512]
             for key, raw in zip(chunk, client.mget(chunk), strict=True):
                 self._resolve(pubsub, key, raw)
+        self._sweep_fallback(pubsub)
+
+    def _sweep_fallback(self, pubsub: Any) -> None:
+        if self._fallback is None:
+            return
+        with self._lock:
+            pending = list(self._pending)
+        if not pending:
+            return
+        for key, meta in zip(pending, self._fallback(pending), strict=True):
+            if meta is not None:
+                self._resolve(pubsub, key, json.dumps(meta))
 
     def _resolve(self, pubsub: Any, key: bytes, raw: bytes | str | None) -> None:
         meta = decode_meta(raw)

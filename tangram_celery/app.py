@@ -168,8 +168,22 @@ def _register_end_trajectory(app: Celery) -> None:
 
 
 class DeadLetterConsumer(Consumer):  # type: ignore[misc]
-    """Celery's consumer, but messages it cannot decode or route are dead-lettered in Redis
-    (``tangram:deadletter``) with their reason before being dropped, instead of vanishing."""
+    """Celery's consumer, with two changes.
+
+    Messages it cannot decode or route are dead-lettered in Redis (``tangram:deadletter``) with
+    their reason before being dropped, instead of vanishing. And a failure while closing the
+    connection a broker restart just broke (seen with celery 5.7 / kombu 5.7: kombu restores
+    unacked messages over the dead connection and ends in ``AttributeError``) no longer kills
+    the worker: the connection is dropped and the consumer reconnects as usual.
+    """
+
+    def on_connection_error_after_connected(self, exc: Exception) -> None:
+        try:
+            super().on_connection_error_after_connected(exc)
+        except Exception:  # closing a dead connection must not end the worker
+            log.warning("closing the lost broker connection failed; reconnecting anyway",
+                        exc_info=True)
+            self.connection = None
 
     def _dead_letter(self, reason: str, message: Message) -> None:
         ledger = _LEDGERS.get(self.app)

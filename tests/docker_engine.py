@@ -295,3 +295,18 @@ def _alive(pid: int, engine: Engine) -> bool:
     except (OSError, IndexError):
         return False
     return state not in ("Z", "X")
+
+
+def acquire_for_tests(purpose: str) -> Engine:
+    """An engine for ``purpose``'s tests; skips only where the kernel lacks what Docker needs
+    (namespaces, cgroups, seccomp) outside CI, and fails otherwise with what to do."""
+    import os
+
+    import pytest
+
+    try:
+        return acquire()
+    except EngineUnavailable as exc:
+        if exc.kind == "kernel" and not os.environ.get("CI"):
+            pytest.skip(f"this machine's kernel cannot run a Docker engine: {exc}")
+        pytest.fail(f"no Docker engine for the {purpose} tests: {exc}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -23,12 +22,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def docker_client() -> Iterator[Any]:
     """A client of a running engine holding the sandbox image."""
-    try:
-        engine = docker_engine.acquire()
-    except docker_engine.EngineUnavailable as exc:
-        if exc.kind == "kernel" and not os.environ.get("CI"):
-            pytest.skip(f"no Docker engine on this machine: {exc}")
-        pytest.fail(f"no Docker engine for the Docker actuator tests: {exc}")
+    engine = docker_engine.acquire_for_tests("Docker actuator")
     client = docker.DockerClient(base_url=engine.url, timeout=300)
     try:
         try:

@@ -113,12 +113,7 @@ def run(backend: BwrapBackend) -> Run:
 @pytest.fixture(scope="session")
 def docker_url() -> Iterator[str]:
     """The URL of a running Docker engine holding the sandbox image, for the whole session."""
-    try:
-        engine = docker_engine.acquire()
-    except docker_engine.EngineUnavailable as exc:
-        if exc.kind == "kernel" and not os.environ.get("CI"):
-            pytest.skip(f"no Docker engine on this machine: {exc}")
-        pytest.fail(f"no Docker engine for the docker sandbox tests: {exc}")
+    engine = docker_engine.acquire_for_tests("docker sandbox")
     try:
         client = docker.DockerClient(base_url=engine.url, timeout=300)
         try:

@@ -256,7 +256,7 @@ def test_idle_trajectories_lose_their_container(make_docker: Make) -> None:
 # -- broken containers --------------------------------------------------------------------------
 
 
-def _replaced(backend: DockerBackend, tid: str, why: str = "") -> None:
+def assert_replaced(backend: DockerBackend, tid: str, why: str = "") -> None:
     out = go(backend, "ls -A; echo RAN", tid)
     assert out.stdout == "RAN\n", "the replacement container is not a fresh one"
     assert out.environment_replaced and out.replaced_reason, out
@@ -267,13 +267,13 @@ def _replaced(backend: DockerBackend, tid: str, why: str = "") -> None:
 def test_a_killed_container_is_replaced_and_the_action_says_so(dock: DockerBackend) -> None:
     go(dock, "echo state > f", "gone")
     container_of(dock, "gone").kill()
-    _replaced(dock, "gone")
+    assert_replaced(dock, "gone")
 
 
 def test_a_paused_container_is_replaced(dock: DockerBackend) -> None:
     go(dock, "echo state > f", "paused")
     container_of(dock, "paused").pause()
-    _replaced(dock, "paused", "paused")
+    assert_replaced(dock, "paused", "paused")
 
 
 def test_an_exhausted_pid_cap_gets_a_fresh_container(dock: DockerBackend) -> None:
@@ -288,7 +288,7 @@ def test_an_exhausted_pid_cap_gets_a_fresh_container(dock: DockerBackend) -> Non
         return int(pids.get("current", 0)) >= int(pids.get("limit", 1 << 30)) - 2
 
     assert wait_until(full, timeout=20), "could not fill the container's pid cap"
-    _replaced(dock, "pids", "pid cap")
+    assert_replaced(dock, "pids", "pid cap")
 
 
 def test_a_stuck_exec_hits_the_client_deadline(make_docker: Make) -> None:
@@ -299,7 +299,7 @@ def test_a_stuck_exec_hits_the_client_deadline(make_docker: Make) -> None:
     t0 = time.monotonic()
     out = go(backend, "sleep 30", "stuck", timeout_s=1.0)
     assert out.timed_out and out.signal == 9 and time.monotonic() - t0 < 6
-    _replaced(backend, "stuck", "did not end")
+    assert_replaced(backend, "stuck", "did not end")
 
 
 # -- setup errors -------------------------------------------------------------------------------

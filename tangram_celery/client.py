@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
@@ -29,7 +31,7 @@ from kombu.exceptions import OperationalError
 
 from tangram_celery import keys
 from tangram_celery.action import Action, ActionResult, parse_action
-from tangram_celery.app import END_TRAJECTORY_TASK, make_app
+from tangram_celery.app import END_TRAJECTORY_TASK, celery_config, make_app
 from tangram_celery.errors import (
     ActionFailed,
     ActionTimeout,
@@ -42,11 +44,13 @@ from tangram_celery.ledger import Ledger
 from tangram_celery.managers.basic import parse_api_limits
 from tangram_celery.node import action_limits
 from tangram_celery.progress import result_progress
+from tangram_celery.recovery import audit, broker_action_ids
 from tangram_celery.registry import Registry
 from tangram_celery.router import DEFAULT_GPU_POOL, queue_for, trajectory_memory_mb
 from tangram_celery.settings import Settings
-from tangram_celery.waiter import ResultWaiter
+from tangram_celery.waiter import ResultWaiter, decode_meta
 
+log = logging.getLogger(__name__)
 PIN_CACHE_S = 1.0
 GPU_POOL_CACHE_S = 5.0
 
@@ -117,7 +121,11 @@ class TangramClient:
         self._ledger = Ledger(self._redis, settings.result_ttl_s)
         self._action_ids: dict[bytes, str] = {}
         self._waiter = ResultWaiter(redis.Redis.from_url(settings.result_backend_url),
-                                    fallback=self._ledger_records)
+                                    fallback=self._ledger_records, on_sweep=self._audit)
+        self._sent_lock = threading.Lock()
+        self._sent: dict[str, tuple[ActionHandle, float]] = {}
+        self._suspects: dict[str, float] = {}
+        self._last_audit = 0.0
         self._limits = action_limits(settings)
         self._pins: dict[str, tuple[str, float]] = {}
         self._apis = parse_api_limits(settings.api_limits)
@@ -159,17 +167,23 @@ class TangramClient:
                 self._reached = True
             queue = queue_for(checked, self._node_for(checked))
             published = time.time()
-            self.app.send_task(
-                keys.task_name(checked.kind),
-                args=[checked.to_json()],
-                queue=queue,
-                task_id=checked.id,
-                argsrepr=checked.summary(),
-                kwargsrepr="{}",
-            )
+            self._publish(checked, queue)
         except (redis.ConnectionError, redis.TimeoutError, OperationalError) as exc:
             raise broker_error(self.settings.redis_url, exc) from None
-        return ActionHandle(checked, queue, submitted, published, self)
+        handle = ActionHandle(checked, queue, submitted, published, self)
+        with self._sent_lock:
+            self._sent[checked.id] = (handle, published)
+        return handle
+
+    def _publish(self, action: Action, queue: str) -> None:
+        self.app.send_task(
+            keys.task_name(action.kind),
+            args=[action.to_json()],
+            queue=queue,
+            task_id=action.id,
+            argsrepr=action.summary(),
+            kwargsrepr="{}",
+        )
 
     def submit_many(self, actions: Iterable[Action | Mapping[str, Any]]) -> list[ActionHandle]:
         """Submit several actions in order; validation of all happens before any is sent."""
@@ -279,6 +293,61 @@ class TangramClient:
     def _forget(self, action_id: str) -> None:
         raw = self.app.backend.get_key_for_task(action_id)
         self._action_ids.pop(raw if isinstance(raw, bytes) else str(raw).encode(), None)
+        with self._sent_lock:
+            self._sent.pop(action_id, None)
+
+    def _audit(self) -> None:
+        """Publish again the unfinished actions the broker lost (see :mod:`.recovery`); runs on
+        the waiter thread at most every ``recovery_audit_s`` seconds."""
+        every = self.settings.recovery_audit_s
+        now = time.time()
+        if every <= 0 or now - self._last_audit < every:
+            return
+        self._last_audit = now
+        with self._sent_lock:
+            overdue = [h for h, at in self._sent.values() if now - at >= every]
+        if not overdue:
+            self._suspects.clear()
+            return
+        options = celery_config(self.settings)["broker_transport_options"]
+        ids = [h.id for h in overdue]
+        try:
+            present = broker_action_ids(self._redis, {h.queue for h in overdue},
+                                        str(options["sep"]), list(options["priority_steps"]))
+            finished = self._finished(ids)
+        except redis.RedisError as exc:
+            log.info("lost-action audit skipped: Redis did not answer (%s)", exc)
+            return
+        outcome = audit(ids, present, finished, self._suspects, now, every)
+        self._suspects = dict(outcome.suspects)
+        by_id = {h.id: h for h in overdue}
+        with self._sent_lock:
+            for action_id in outcome.finished:
+                self._sent.pop(action_id, None)
+        for action_id in outcome.lost:
+            self._republish(by_id[action_id])
+
+    def _finished(self, action_ids: list[str]) -> set[str]:
+        celery_keys = [self._result_key(i) for i in action_ids]
+        stored = self._redis.mget(celery_keys)
+        ledger = self._ledger.results(action_ids)
+        return {i for i, raw, record in zip(action_ids, stored, ledger, strict=True)
+                if decode_meta(raw) is not None or record is not None}
+
+    def _republish(self, handle: ActionHandle) -> None:
+        log.warning("action %s (%s) was lost by the broker in transit (in no queue, held by no "
+                    "worker, no result); publishing it again to %s", handle.id,
+                    handle.action.summary(), handle.queue)
+        try:
+            self._publish(handle.action, handle.queue)
+            self._redis.incr(keys.REPUBLISHED_ACTIONS)
+        except (redis.RedisError, OperationalError) as exc:
+            log.warning("could not publish %s again yet (%s); the next audit retries", handle.id,
+                        exc)
+            return
+        with self._sent_lock:
+            if handle.id in self._sent:
+                self._sent[handle.id] = (handle, time.time())
 
     def _result_key(self, action_id: str) -> bytes:
         raw = self.app.backend.get_key_for_task(action_id)

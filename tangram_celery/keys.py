@@ -107,6 +107,8 @@ def action_attempts(action_id: str) -> str:
 
 DEAD_LETTERS = f"{PREFIX}:deadletter"
 DUPLICATE_RESULTS = f"{PREFIX}:stats:duplicate-results"
+REPUBLISHED_ACTIONS = f"{PREFIX}:stats:republished-actions"
+"""Counter of actions a client found lost in transit and published again (:mod:`.recovery`)."""
 
 # Monitoring (see tangram_celery.actlog, tangram_celery.inventory).
 METRICS_ACTS = f"{PREFIX}:metrics:acts"

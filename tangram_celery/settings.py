@@ -43,6 +43,7 @@ class Settings:
     default_timeout_s: float = 60.0
     max_timeout_s: float = 900.0
     visibility_margin_s: float = 600.0
+    recovery_audit_s: float = 5.0
     max_payload_bytes: int = 262144
     trajectory_memory_mb: int = 512
     node_heartbeat_s: float = 2.0
@@ -147,6 +148,8 @@ class Settings:
         for name in ("max_payload_bytes", "output_cap_bytes", "trajectory_memory_mb"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{PREFIX}{name.upper()} must be positive")
+        if self.recovery_audit_s < 0:
+            raise ConfigError(f"{PREFIX}RECOVERY_AUDIT_S must be >= 0 (0 turns the audit off)")
 
 
 def _parse_bool(raw: str) -> bool:

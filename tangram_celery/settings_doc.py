@@ -43,6 +43,9 @@ DESCRIPTIONS: dict[str, str] = {
     "default_timeout_s": "Timeout of an action that gives none (s).",
     "max_timeout_s": "Largest timeout an action may ask for (s).",
     "visibility_margin_s": "Added to the max timeout to form Redis' visibility timeout (s).",
+    "recovery_audit_s": "How often a waiting client checks that its unfinished actions are "
+    "still queued, held by a worker or done; one missing twice this far apart was lost by the "
+    "broker and is published again (s; 0 turns the audit off).",
     "max_payload_bytes": "Largest JSON payload of one action (bytes).",
     "trajectory_memory_mb": "Memory a trajectory reserves on its node unless it says (MB).",
     "node_heartbeat_s": "Heartbeat period of node and pool workers (s).",

@@ -45,11 +45,14 @@ class ResultWaiter:
     def __init__(
         self, client: redis.Redis,
         fallback: Callable[[list[bytes]], list[dict[str, Any] | None]] | None = None,
+        on_sweep: Callable[[], None] | None = None,
     ) -> None:
         """``fallback`` maps result keys to ready records found elsewhere (the action ledger),
-        consulted by the periodic sweep in case Celery's own record was lost."""
+        consulted by the periodic sweep in case Celery's own record was lost; ``on_sweep`` is
+        called after every sweep, on the waiter thread (the client's lost-action audit)."""
         self._client = client
         self._fallback = fallback
+        self._on_sweep = on_sweep
         self._lock = threading.Lock()
         self._pending: dict[bytes, Future[dict[str, Any]]] = {}
         self._new: queue.SimpleQueue[bytes] = queue.SimpleQueue()
@@ -148,6 +151,8 @@ class ResultWaiter:
             for key, raw in zip(chunk, client.mget(chunk), strict=True):
                 self._resolve(pubsub, key, raw)
         self._sweep_fallback(pubsub)
+        if self._on_sweep is not None:
+            self._on_sweep()
 
     def _sweep_fallback(self, pubsub: Any) -> None:
         if self._fallback is None:

@@ -1,0 +1,120 @@
+"""Actions the broker lost in transit, found and published again by the client that sent them.
+
+kombu's Redis transport moves a message in two round trips: ``BRPOP`` takes it off the queue
+list, then a second command records it in the ``unacked`` hash. A worker SIGKILLed, or a Redis
+restarted, between the two loses the message: it is in no list and no hash, kombu never restores
+it, and the action never runs. Restoring a dead worker's messages has the same gap the other way
+round (``HDEL`` from the hash, then ``LPUSH``).
+
+The client that published an action still holds it, so it audits its unfinished actions: an
+action is *present* while one of its queue's lists (any priority step) or the ``unacked`` hash
+holds its message, and *finished* once a result is stored. The broker is read before the
+results, so an action acked between the two reads is seen as finished. An action neither
+present nor finished in two audits at least ``confirm_s`` apart is lost, and is published
+again under the same id. That is safe: the gaps above last milliseconds while audits are
+seconds apart, and an id's result is stored once (:mod:`tangram_celery.ledger`), so a copy that
+did survive somewhere returns the stored result instead of running again.
+
+:func:`audit` is the pure decision; :func:`broker_action_ids` is the one read of Redis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+
+import redis
+
+from tangram_celery.inventory import UNACKED_KEY, priority_lists
+
+SCAN_CHUNK = 200
+"""List elements copied into the Lua script per ``LRANGE`` while scanning a queue."""
+
+TAIL_CHARS = 4096
+"""A message's task id (``correlation_id``) sits in its properties, near the end of the JSON."""
+
+BROKER_IDS_SCRIPT = """
+local needle = '"correlation_id": "'
+local function id_of(v)
+  local from = #v - tonumber(ARGV[3])
+  if from < 1 then from = 1 end
+  local s, e = string.find(v, needle, from, true)
+  if not s and from > 1 then s, e = string.find(v, needle, 1, true) end
+  if not s then return nil end
+  local stop = string.find(v, '"', e + 1, true)
+  if not stop then return nil end
+  return string.sub(v, e + 1, stop - 1)
+end
+local out = {}
+local chunk = tonumber(ARGV[2])
+for _, key in ipairs(KEYS) do
+  local start = 0
+  while true do
+    local items = redis.call('LRANGE', key, start, start + chunk - 1)
+    for _, v in ipairs(items) do
+      local id = id_of(v)
+      if id then out[#out + 1] = id end
+    end
+    if #items < chunk then break end
+    start = start + chunk
+  end
+end
+for _, v in ipairs(redis.call('HVALS', ARGV[1])) do
+  local id = id_of(v)
+  if id then out[#out + 1] = id end
+end
+return out
+"""
+
+
+@dataclass(frozen=True)
+class AuditOutcome:
+    """One audit's decision: what to publish again, what is done, what to look at next time."""
+
+    lost: tuple[str, ...]
+    finished: tuple[str, ...]
+    suspects: Mapping[str, float]
+    """Actions missing in this audit, with the time they were first seen missing."""
+
+
+def audit(
+    candidates: Iterable[str],
+    present: AbstractSet[str],
+    finished: AbstractSet[str],
+    suspects: Mapping[str, float],
+    now: float,
+    confirm_s: float,
+) -> AuditOutcome:
+    """Decide which of ``candidates`` are lost.
+
+    ``present`` holds the ids the broker holds, ``finished`` those with a stored result, and
+    ``suspects`` the previous audit's missing actions. An action is lost when it is missing now
+    and was already missing at least ``confirm_s`` ago; a lost action leaves the suspects (it
+    is published again, and has to go missing twice more before it is published a third time).
+    """
+    lost: list[str] = []
+    done: list[str] = []
+    missing: dict[str, float] = {}
+    for action_id in candidates:
+        if action_id in finished:
+            done.append(action_id)
+        elif action_id in present:
+            continue
+        elif now - suspects.get(action_id, now) >= confirm_s:
+            lost.append(action_id)
+        else:
+            missing[action_id] = suspects.get(action_id, now)
+    return AuditOutcome(tuple(lost), tuple(done), missing)
+
+
+def broker_action_ids(
+    client: redis.Redis, queues: Iterable[str], sep: str, steps: Sequence[int],
+) -> set[str]:
+    """The task ids of every message in ``queues`` (all priority lists) or held unacked.
+
+    One Lua script reads it all atomically, in chunks, and returns only the ids.
+    """
+    lists = [name for queue in sorted(set(queues)) for _, name in priority_lists(queue, sep, steps)]
+    raw = client.eval(BROKER_IDS_SCRIPT, len(lists), *lists, UNACKED_KEY, SCAN_CHUNK, TAIL_CHARS)
+    return {item.decode() if isinstance(item, bytes) else str(item) for item in raw or ()}

@@ -60,6 +60,20 @@ class Registry:
         pipe.hset(key, mapping={"cores": cores, "memory_mb": memory_mb, "free_cores": cores})
         pipe.hsetnx(key, "reserved_mb", 0)
         pipe.hset(key, "heartbeat", time.time())
+        pipe.hdel(key, "starting")
+        pipe.sadd(keys.NODES, name)
+        pipe.execute()
+
+    def announce_node(self, name: str, cores: int, memory_mb: float, alive_for_s: float) -> None:
+        """Announce a node an autoscaler is starting, alive for ``alive_for_s`` seconds unless
+        its worker registers first, so new trajectories are pinned to it at once (their actions
+        wait in its queue while it starts) instead of piling onto the busy nodes."""
+        key = keys.node(name)
+        pipe = self._redis.pipeline()
+        pipe.hset(key, mapping={"cores": cores, "memory_mb": memory_mb, "free_cores": cores,
+                                "starting": 1,
+                                "heartbeat": time.time() + alive_for_s - self._node_ttl_s})
+        pipe.hsetnx(key, "reserved_mb", 0)
         pipe.sadd(keys.NODES, name)
         pipe.execute()
 
@@ -81,9 +95,11 @@ class Registry:
         pipe = self._redis.pipeline()
         for name in names:
             pipe.hgetall(keys.node(name))
+            pipe.scard(keys.node_trajectories(name))
+        replies = pipe.execute()
         return [
-            _node_view(name, raw, now, self._node_ttl_s)
-            for name, raw in zip(names, pipe.execute(), strict=True)
+            _node_view(name, raw, int(pinned), now, self._node_ttl_s)
+            for name, raw, pinned in zip(names, replies[::2], replies[1::2], strict=True)
             if raw
         ]
 
@@ -142,7 +158,8 @@ def _text(raw: bytes | str) -> str:
     return raw.decode() if isinstance(raw, bytes) else raw
 
 
-def _node_view(name: str, raw: Mapping[bytes, bytes], now: float, ttl_s: float) -> NodeView:
+def _node_view(name: str, raw: Mapping[bytes, bytes], pinned: int, now: float,
+               ttl_s: float) -> NodeView:
     fields: dict[str, Any] = {k.decode(): v.decode() for k, v in raw.items()}
     heartbeat = float(fields.get("heartbeat", 0))
     return NodeView(
@@ -152,4 +169,6 @@ def _node_view(name: str, raw: Mapping[bytes, bytes], now: float, ttl_s: float) 
         memory_mb=float(fields.get("memory_mb", 0)),
         reserved_mb=float(fields.get("reserved_mb", 0)),
         alive=now - heartbeat <= ttl_s,
+        trajectories=pinned,
+        starting=fields.get("starting") == "1",
     )

@@ -26,11 +26,19 @@ class NodeView:
     memory_mb: float
     reserved_mb: float
     alive: bool = True
+    trajectories: int = 0
+    """Trajectories pinned to the node now."""
+    starting: bool = False
+    """Announced by an autoscaler that is starting it; its worker has not registered yet."""
 
     @property
     def free_memory_mb(self) -> float:
         """Memory not yet reserved by pinned trajectories."""
         return self.memory_mb - self.reserved_mb
+
+    def trajectory_load_after(self) -> float:
+        """Pinned trajectories per core once one more is placed on the node."""
+        return (self.trajectories + 1) / self.cores if self.cores > 0 else float("inf")
 
     def memory_load_after(self, extra_mb: float) -> float:
         """Fraction of the node's memory reserved once ``extra_mb`` more is placed on it."""
@@ -40,9 +48,12 @@ class NodeView:
 def choose_node(nodes: Sequence[NodeView], cores: int, memory_mb: float) -> str:
     """Pick the node for a trajectory's first action.
 
-    Among live nodes with enough unreserved memory for the whole trajectory, prefer those with
-    ``cores`` free now; among equals, the lowest memory load after placement, then the name.
-    Raises :class:`NoCapacityError` when no live node has the memory.
+    Among live nodes with enough unreserved memory for the whole trajectory, prefer the fewest
+    pinned trajectories per core after placement (each trajectory is future load, which a
+    heartbeat's free cores cannot show during a burst of new trajectories, nor on a node an
+    autoscaler is still starting); then those with ``cores`` free now; then the lowest memory
+    load after placement, then the name. Raises :class:`NoCapacityError` when no live node has
+    the memory.
     """
     fits = [n for n in nodes if n.alive and n.free_memory_mb >= memory_mb and n.cores >= cores]
     if not fits:
@@ -54,7 +65,8 @@ def choose_node(nodes: Sequence[NodeView], cores: int, memory_mb: float) -> str:
         )
     best = min(
         fits,
-        key=lambda n: (n.free_cores < cores, n.memory_load_after(memory_mb), n.name),
+        key=lambda n: (n.trajectory_load_after(), n.free_cores < cores,
+                       n.memory_load_after(memory_mb), n.name),
     )
     return best.name
 

@@ -72,3 +72,28 @@ def test_heartbeat_keeps_node_alive(redis_client: redis.Redis) -> None:
 def _url(client: redis.Redis) -> str:
     kwargs = client.connection_pool.connection_kwargs
     return f"redis://{kwargs['host']}:{kwargs['port']}/{kwargs.get('db', 0)}"
+
+
+def test_announced_node_takes_new_trajectories_until_its_worker_registers(
+    redis_client: redis.Redis,
+) -> None:
+    registry = Registry(redis_client, node_ttl_s=1.0, trajectory_ttl_s=3600)
+    registry.register_node("busy", 2, 8192)
+    for i in range(4):
+        assert registry.pin(f"old-{i}", 1, 100) == "busy"
+    registry.announce_node("new", 2, 8192, alive_for_s=2.5)
+    (view,) = [v for v in registry.nodes() if v.name == "new"]
+    assert view.alive and view.starting and view.trajectories == 0
+    assert [registry.pin(f"fresh-{i}", 1, 100) for i in range(4)] == ["new"] * 4
+    assert registry.pin("fresh-4", 1, 100) == "busy"  # 5/2 vs 5/2: the tie falls to the name
+    registry.register_node("new", 2, 8192)
+    (view,) = [v for v in registry.nodes() if v.name == "new"]
+    assert not view.starting and view.reserved_mb == 400 and view.trajectories == 4
+
+
+def test_announced_node_that_never_starts_dies_after_its_grace(redis_client: redis.Redis) -> None:
+    registry = Registry(redis_client, node_ttl_s=0.5, trajectory_ttl_s=3600)
+    registry.announce_node("ghost", 2, 8192, alive_for_s=1.0)
+    assert [v.alive for v in registry.nodes()] == [True]
+    time.sleep(1.2)
+    assert [v.alive for v in registry.nodes()] == [False]

@@ -10,8 +10,8 @@ from tangram_celery.router import NodeView, choose_node, queue_for, trajectory_m
 
 
 def node(name: str, free: int, reserved: float, cores: int = 4, memory: float = 1000,
-         alive: bool = True) -> NodeView:
-    return NodeView(name, cores, free, memory, reserved, alive)
+         alive: bool = True, trajectories: int = 0) -> NodeView:
+    return NodeView(name, cores, free, memory, reserved, alive, trajectories)
 
 
 CASES = [
@@ -22,6 +22,11 @@ CASES = [
     ("ties broken by name", [node("b", 4, 0), node("a", 4, 0)], 1, 10, "a"),
     ("balance is relative", [node("a", 4, 400, memory=1000), node("b", 4, 400, memory=4000)],
      1, 100, "b"),
+    ("fewest trajectories per core beats a stale free-core count",
+     [node("a", 4, 0, trajectories=6), node("b", 0, 0, trajectories=2)], 1, 10, "b"),
+    ("trajectory load is per core",
+     [node("a", 2, 0, cores=2, trajectories=2), node("b", 0, 0, cores=8, trajectories=4)], 1, 10,
+     "b"),
     ("too many cores for a node", [node("a", 2, 0, cores=2), node("b", 0, 0, cores=8)], 4, 10,
      "b"),
 ]

@@ -52,6 +52,7 @@ from docker import errors as docker_errors
 
 from tangram_celery import keys
 from tangram_celery.autoscale.policy import Budget, PoolLimits, PoolLoad, ScalingConfig, decide
+from tangram_celery.registry import Registry
 from tangram_celery.services import spawn_cpu_worker, stop_process
 
 if TYPE_CHECKING:
@@ -149,9 +150,14 @@ class MemberActuator:
 
     def __init__(
         self, client: redis.Redis, cores: int, memory_mb: float, prefix: str = "auto",
-        drain_timeout_s: float = 600.0, clock: Callable[[], float] = time.time,
+        drain_timeout_s: float = 600.0, clock: Callable[[], float] = time.time, *,
+        registry: Registry | None = None, startup_grace_s: float = 30.0,
     ) -> None:
+        """With a ``registry``, a member is announced as soon as it is started (alive for
+        ``startup_grace_s`` until its worker registers), so new trajectories go to it at once."""
         self.cores = cores
+        self._registry = registry
+        self._startup_grace_s = startup_grace_s
         self.memory_mb = memory_mb
         self.drain_timeout_s = drain_timeout_s
         self._drain = NodeDrain(client)
@@ -215,6 +221,8 @@ class MemberActuator:
         self._serial += 1
         name = f"{self._prefix}-{self._serial}"
         handle = self._start(name)
+        if self._registry is not None:
+            self._registry.announce_node(name, self.cores, self.memory_mb, self._startup_grace_s)
         now = self._clock()
         self._members[name] = Member(name, self.cores, handle, now, self.memory_mb)
         self.held.start(name, self.cores, now)
@@ -242,9 +250,11 @@ class LocalProcessActuator(MemberActuator):
     def __init__(
         self, client: redis.Redis, env: Mapping[str, str], cores: int, memory_mb: float,
         log_dir: Path, prefix: str = "auto", drain_timeout_s: float = 600.0,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.time, *, registry: Registry | None = None,
+        startup_grace_s: float = 30.0,
     ) -> None:
-        super().__init__(client, cores, memory_mb, prefix, drain_timeout_s, clock)
+        super().__init__(client, cores, memory_mb, prefix, drain_timeout_s, clock,
+                         registry=registry, startup_grace_s=startup_grace_s)
         self._env = dict(env)
         self._log_dir = log_dir
 
@@ -291,9 +301,11 @@ class DockerActuator(MemberActuator):
     def __init__(
         self, client: redis.Redis, docker_client: Any, template: ContainerTemplate, cores: int,
         memory_mb: float, prefix: str = "auto", drain_timeout_s: float = 600.0,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.time, *, registry: Registry | None = None,
+        startup_grace_s: float = 30.0,
     ) -> None:
-        super().__init__(client, cores, memory_mb, prefix, drain_timeout_s, clock)
+        super().__init__(client, cores, memory_mb, prefix, drain_timeout_s, clock,
+                         registry=registry, startup_grace_s=startup_grace_s)
         self._docker = docker_client
         self.template = template
 

@@ -38,6 +38,7 @@ from tangram_celery.autoscale.policy import (
 )
 from tangram_celery.errors import ValidationError
 from tangram_celery.inventory import Inventory, priority_lists, read_inventory
+from tangram_celery.registry import Registry
 from tangram_celery.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -270,6 +271,7 @@ def local_controller(
     actuator = LocalProcessActuator(
         client, env if env is not None else worker_env(settings), options.node_cores,
         options.node_memory_mb, log_dir, prefix, options.drain_timeout_s,
+        registry=Registry(client, settings.node_ttl_s, settings.trajectory_ttl_s),
     )
     return Controller(client, settings, actuator, options)
 

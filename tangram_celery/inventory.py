@@ -87,6 +87,18 @@ class ApiPoolView:
 
 
 @dataclass(frozen=True)
+class AutoscaleView:
+    """What the autoscaler last published for one pool (``keys.autoscale_pool``)."""
+
+    pool: str
+    target: int
+    actual: int
+    action: str = ""
+    reason: str = ""
+    at: float = 0.0
+
+
+@dataclass(frozen=True)
 class PoolSummary:
     """One pool's totals: members alive, units, units allocated now, queued messages."""
 
@@ -114,6 +126,7 @@ class Inventory:
     gpu_pools: tuple[GpuPoolView, ...]
     api_pools: tuple[ApiPoolView, ...]
     queues: tuple[QueueDepth, ...]
+    autoscale: tuple[AutoscaleView, ...] = ()
 
     def queue(self, name: str) -> QueueDepth | None:
         """The depth of queue ``name``, if it was read."""
@@ -231,7 +244,24 @@ def read_inventory(
     options = celery_config(settings)["broker_transport_options"]
     queues = _read_depths(client, names, str(options["sep"]), list(options["priority_steps"]),
                           unacked)
-    return Inventory(now, nodes, gpu_pools, api_pools, queues)
+    return Inventory(now, nodes, gpu_pools, api_pools, queues, _read_autoscale(client))
+
+
+def autoscale_view(pool: str, raw: Mapping[bytes | str, bytes | str]) -> AutoscaleView:
+    """Decode the autoscaler's published hash of one pool (malformed fields read as empty)."""
+    fields = {_text(k): _text(v) for k, v in raw.items()}
+    return AutoscaleView(pool, _int(fields.get("target")), _int(fields.get("actual")),
+                         fields.get("action", ""), fields.get("reason", ""),
+                         _float(fields.get("at")))
+
+
+def _read_autoscale(client: redis.Redis) -> tuple[AutoscaleView, ...]:
+    names = sorted(_text(n) for n in client.smembers(keys.AUTOSCALE_POOLS))
+    pipe = client.pipeline()
+    for name in names:
+        pipe.hgetall(keys.autoscale_pool(name))
+    return tuple(autoscale_view(name, raw)
+                 for name, raw in zip(names, pipe.execute(), strict=True) if raw)
 
 
 def _read_gpu_pools(client: redis.Redis, now: float, ttl_s: float) -> tuple[GpuPoolView, ...]:

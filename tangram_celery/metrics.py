@@ -28,6 +28,8 @@ pool_members_alive                  pool                   live CPU nodes / GPU 
 node_cores, node_cores_free         node                   one CPU node
 node_alive                          node                   1 while its heartbeat is fresh
 gpu_resident_gpus                   pool, model            GPUs holding a resident model
+autoscale_target_members            pool                   the autoscaler's target size
+autoscale_actual_members            pool                   the size it saw at that tick
 exporter_redis_up                   -                      1 when the last scrape read Redis
 exporter_act_records_total          -                      ACT records read from the stream
 ==================================  =====================  ===================================
@@ -110,7 +112,21 @@ def inventory_families(inventory: Inventory) -> list[Metric]:
         for step, count in queue.by_priority:
             by_priority.add_metric((queue.queue, queue.pool, str(step)), count)
     return [depth, by_priority, unacked, *_pool_families(inventory),
-            *_node_families(inventory), _resident_family(inventory)]
+            *_node_families(inventory), _resident_family(inventory),
+            *_autoscale_families(inventory)]
+
+
+def _autoscale_families(inventory: Inventory) -> list[Metric]:
+    target = GaugeMetricFamily("tangram_autoscale_target_members",
+                               "Members the autoscaler wants in a pool (its last decision).",
+                               labels=("pool",))
+    actual = GaugeMetricFamily("tangram_autoscale_actual_members",
+                               "Members a pool had when the autoscaler last decided.",
+                               labels=("pool",))
+    for view in inventory.autoscale:
+        target.add_metric((view.pool,), view.target)
+        actual.add_metric((view.pool,), view.actual)
+    return [target, actual]
 
 
 def _pool_families(inventory: Inventory) -> list[Metric]:

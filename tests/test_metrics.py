@@ -20,6 +20,7 @@ from tangram_celery.actlog import ActRecord, act_record, pool_of_queue, worker_v
 from tangram_celery.app import celery_config, make_app
 from tangram_celery.client import TangramClient, command_action
 from tangram_celery.inventory import (
+    AutoscaleView,
     GpuPoolView,
     Inventory,
     QueueDepth,
@@ -143,6 +144,7 @@ def test_inventory_families_and_pool_totals() -> None:
         api_pools=(),
         queues=(QueueDepth(keys.cpu_queue("a"), "cpu", ((0, 2), (5, 1)), unacked=3),
                 QueueDepth(keys.gpu_queue("big"), "gpu/big", ((0, 4),), unacked=1)),
+        autoscale=(AutoscaleView("cpu", target=3, actual=1),),
     )
     text = generate_latest(_registry_of(inventory)).decode()
     assert sample(text, "tangram_queue_depth", queue="tangram.cpu.a") == 3
@@ -154,6 +156,8 @@ def test_inventory_families_and_pool_totals() -> None:
     assert sample(text, "tangram_pool_units_allocated", pool="gpu/big", resource="gpu") == 2
     assert sample(text, "tangram_gpu_resident_gpus", pool="gpu/big", model="rm") == 3
     assert sample(text, "tangram_node_alive", node="b") == 0
+    assert sample(text, "tangram_autoscale_target_members", pool="cpu") == 3
+    assert sample(text, "tangram_autoscale_actual_members", pool="cpu") == 1
 
 
 def _registry_of(inventory: Inventory) -> CollectorRegistry:

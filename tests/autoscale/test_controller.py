@@ -28,7 +28,7 @@ from tangram_celery.autoscale.controller import (
 from tangram_celery.autoscale.policy import ScalingConfig
 from tangram_celery.bench.emulation import emulated_exec, emulated_test_run
 from tangram_celery.client import TangramClient
-from tangram_celery.inventory import Inventory, QueueDepth
+from tangram_celery.inventory import Inventory, QueueDepth, read_inventory
 from tangram_celery.router import NodeView
 from tangram_celery.settings import Settings
 
@@ -107,6 +107,8 @@ def test_controller_grows_on_a_burst_and_drains_back(
         assert all(r.ok for r in results)
         published = redis_client.hgetall(keys.autoscale_pool("cpu"))
         assert int(published[b"target"]) >= 1 and b"reason" in published
+        (view,) = read_inventory(redis_client, settings).autoscale
+        assert (view.pool, view.target) == ("cpu", int(published[b"target"])) and view.reason
         _wait(lambda: controller.actuator.sizes()["cpu"] == 1
               and not controller.actuator.draining(),  # type: ignore[attr-defined]
               timeout=40)

@@ -67,6 +67,15 @@ class Settings:
     gpu_simulated: bool = True
     gpu_memory_mb: int = 81920
     api_limits: str = ""
+    autoscale_interval_s: float = 1.0
+    autoscale_node_cores: int = 2
+    autoscale_node_memory_mb: float = 8192.0
+    autoscale_min_nodes: int = 1
+    autoscale_max_nodes: int = 8
+    autoscale_budget_cores: int = 0
+    autoscale_target_wait_s: float = 2.0
+    autoscale_down_hold_s: float = 20.0
+    autoscale_drain_timeout_s: float = 600.0
     extra_resources: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -148,8 +157,25 @@ class Settings:
         for name in ("max_payload_bytes", "output_cap_bytes", "trajectory_memory_mb"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{PREFIX}{name.upper()} must be positive")
+        self._validate_autoscale()
         if self.recovery_audit_s < 0:
             raise ConfigError(f"{PREFIX}RECOVERY_AUDIT_S must be >= 0 (0 turns the audit off)")
+
+
+    def _validate_autoscale(self) -> None:
+        positive = ("autoscale_interval_s", "autoscale_node_cores", "autoscale_node_memory_mb",
+                    "autoscale_target_wait_s", "autoscale_drain_timeout_s")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{PREFIX}{name.upper()} must be positive")
+        for name in ("autoscale_budget_cores", "autoscale_down_hold_s", "autoscale_min_nodes"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{PREFIX}{name.upper()} must be >= 0")
+        if self.autoscale_max_nodes < max(self.autoscale_min_nodes, 1):
+            raise ConfigError(
+                f"{PREFIX}AUTOSCALE_MAX_NODES={self.autoscale_max_nodes} must be >= 1 and >= "
+                f"{PREFIX}AUTOSCALE_MIN_NODES={self.autoscale_min_nodes}"
+            )
 
 
 def _parse_bool(raw: str) -> bool:

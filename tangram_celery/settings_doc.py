@@ -43,6 +43,17 @@ DESCRIPTIONS: dict[str, str] = {
     "default_timeout_s": "Timeout of an action that gives none (s).",
     "max_timeout_s": "Largest timeout an action may ask for (s).",
     "visibility_margin_s": "Added to the max timeout to form Redis' visibility timeout (s).",
+    "autoscale_interval_s": "Seconds between `tangram autoscaler` ticks.",
+    "autoscale_node_cores": "Cores of each CPU node the autoscaler starts.",
+    "autoscale_node_memory_mb": "Memory (MB) of each CPU node the autoscaler starts.",
+    "autoscale_min_nodes": "CPU nodes the autoscaler always keeps.",
+    "autoscale_max_nodes": "CPU nodes the autoscaler never exceeds.",
+    "autoscale_budget_cores": "Cores all autoscaled pools share (0: no global budget).",
+    "autoscale_target_wait_s": "Seconds in which the queued predicted work should clear; "
+    "the autoscaler grows a pool that cannot meet it.",
+    "autoscale_down_hold_s": "Seconds after a pool's last change before it may shrink.",
+    "autoscale_drain_timeout_s": "Longest wait for a drained node's trajectories to end before "
+    "it is stopped anyway (s).",
     "recovery_audit_s": "How often a waiting client checks that its unfinished actions are "
     "still queued, held by a worker or done; one missing twice this far apart was lost by the "
     "broker and is published again (s; 0 turns the audit off).",

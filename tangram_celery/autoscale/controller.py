@@ -276,44 +276,64 @@ def local_controller(
     return Controller(client, settings, actuator, options)
 
 
+FLAGS: tuple[tuple[str, type, str], ...] = (
+    ("interval", float, "autoscale_interval_s"),
+    ("node-cores", int, "autoscale_node_cores"),
+    ("node-memory-mb", float, "autoscale_node_memory_mb"),
+    ("min-nodes", int, "autoscale_min_nodes"),
+    ("max-nodes", int, "autoscale_max_nodes"),
+    ("budget-cores", int, "autoscale_budget_cores"),
+    ("target-wait", float, "autoscale_target_wait_s"),
+    ("down-hold", float, "autoscale_down_hold_s"),
+    ("drain-timeout", float, "autoscale_drain_timeout_s"),
+)
+"""``tangram autoscaler`` flags and the setting each one overrides for that run."""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments of ``tangram autoscaler``."""
-    base = AutoscalerOptions()
-    scaling = base.scaling
-    parser.add_argument("--interval", type=float, default=base.interval_s,
-                        help=f"seconds between ticks (default {base.interval_s:g})")
-    parser.add_argument("--node-cores", type=int, default=base.node_cores)
-    parser.add_argument("--node-memory-mb", type=float, default=base.node_memory_mb)
-    parser.add_argument("--min-nodes", type=int, default=base.min_nodes)
-    parser.add_argument("--max-nodes", type=int, default=base.max_nodes)
-    parser.add_argument("--budget-cores", type=int, default=base.budget_cores,
-                        help="cores all pools share (0: unlimited)")
-    parser.add_argument("--target-wait", type=float, default=scaling.target_wait_s,
-                        help="seconds in which queued predicted work should clear")
-    parser.add_argument("--down-hold", type=float, default=scaling.down_hold_s,
-                        help="seconds after a change before a pool may shrink")
+    """The arguments of ``tangram autoscaler``; each defaults to its ``TANGRAM_AUTOSCALE_*``
+    setting."""
+    for flag, kind, setting in FLAGS:
+        parser.add_argument(f"--{flag}", type=kind, default=None,
+                            help=f"overrides TANGRAM_{setting.upper()} for this run")
+    scaling = ScalingConfig()
     parser.add_argument("--low-water", type=float, default=scaling.low_water)
     parser.add_argument("--queue-slo", type=float, default=scaling.queue_slo_s)
-    parser.add_argument("--drain-timeout", type=float, default=base.drain_timeout_s)
     parser.add_argument("--log-dir", type=Path, default=Path("/var/tmp/tangram-autoscaler"))  # nosec B108 # a log dir default, overridable with --log-dir; no temp file
 
 
-def options_from_args(args: argparse.Namespace) -> AutoscalerOptions:
-    """:class:`AutoscalerOptions` from parsed :func:`add_arguments`."""
+def options_from_settings(settings: Settings, low_water: float | None = None,
+                          queue_slo_s: float | None = None) -> AutoscalerOptions:
+    """:class:`AutoscalerOptions` from the ``TANGRAM_AUTOSCALE_*`` settings."""
+    base = ScalingConfig()
     return AutoscalerOptions(
-        interval_s=args.interval, node_cores=args.node_cores, node_memory_mb=args.node_memory_mb,
-        min_nodes=args.min_nodes, max_nodes=args.max_nodes, budget_cores=args.budget_cores,
-        drain_timeout_s=args.drain_timeout,
-        scaling=ScalingConfig(target_wait_s=args.target_wait, down_hold_s=args.down_hold,
-                              low_water=args.low_water, queue_slo_s=args.queue_slo),
+        interval_s=settings.autoscale_interval_s, node_cores=settings.autoscale_node_cores,
+        node_memory_mb=settings.autoscale_node_memory_mb,
+        min_nodes=settings.autoscale_min_nodes, max_nodes=settings.autoscale_max_nodes,
+        budget_cores=settings.autoscale_budget_cores,
+        drain_timeout_s=settings.autoscale_drain_timeout_s,
+        scaling=ScalingConfig(
+            target_wait_s=settings.autoscale_target_wait_s,
+            down_hold_s=settings.autoscale_down_hold_s,
+            low_water=base.low_water if low_water is None else low_water,
+            queue_slo_s=base.queue_slo_s if queue_slo_s is None else queue_slo_s,
+        ),
     )
+
+
+def options_from_args(args: argparse.Namespace, settings: Settings) -> AutoscalerOptions:
+    """:class:`AutoscalerOptions` from the settings, with the flags given on the command line
+    applied over them (checked like the settings themselves)."""
+    given = {setting: getattr(args, flag.replace("-", "_")) for flag, _, setting in FLAGS}
+    merged = settings.with_(**{k: v for k, v in given.items() if v is not None})
+    return options_from_settings(merged, args.low_water, args.queue_slo)
 
 
 def run_from_args(settings: Settings, args: argparse.Namespace) -> int:
     """Run ``tangram autoscaler`` until SIGINT or SIGTERM, then stop the workers it started."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     args.log_dir.mkdir(parents=True, exist_ok=True)
-    controller = local_controller(settings, options_from_args(args), args.log_dir)
+    controller = local_controller(settings, options_from_args(args, settings), args.log_dir)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import base64
 import json
 import logging
@@ -19,15 +20,18 @@ from tangram_celery.autoscale.controller import (
     RecentAct,
     Work,
     action_work,
+    add_arguments,
     cpu_load,
     local_controller,
     message_body,
+    options_from_args,
     recent_act,
     unacked_work,
 )
 from tangram_celery.autoscale.policy import ScalingConfig
 from tangram_celery.bench.emulation import emulated_exec, emulated_test_run
 from tangram_celery.client import TangramClient
+from tangram_celery.errors import ConfigError
 from tangram_celery.inventory import Inventory, QueueDepth, read_inventory
 from tangram_celery.router import NodeView
 from tangram_celery.settings import Settings
@@ -132,3 +136,17 @@ def _wait(condition: object, timeout: float = 30.0) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"condition not met within {timeout} s")
+
+
+def test_options_come_from_settings_and_flags_override_them() -> None:
+    settings = Settings.from_env({"TANGRAM_AUTOSCALE_MAX_NODES": "5",
+                                  "TANGRAM_AUTOSCALE_DOWN_HOLD_S": "7"})
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    options = options_from_args(parser.parse_args(["--min-nodes", "2"]), settings)
+    assert (options.min_nodes, options.max_nodes, options.scaling.down_hold_s) == (2, 5, 7.0)
+    assert options_from_args(parser.parse_args([]), settings).min_nodes == 1
+    with pytest.raises(ConfigError, match="TANGRAM_AUTOSCALE_MAX_NODES=5 must be"):
+        options_from_args(parser.parse_args(["--min-nodes", "6"]), settings)
+    with pytest.raises(ConfigError, match="TANGRAM_AUTOSCALE_NODE_CORES must be positive"):
+        Settings.from_env({"TANGRAM_AUTOSCALE_NODE_CORES": "0"})

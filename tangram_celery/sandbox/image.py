@@ -22,7 +22,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import docker
@@ -154,6 +154,11 @@ def customize_rootfs(root: Path) -> None:
         if not any(entry.startswith("sandbox:") for entry in text.splitlines()):
             path.write_text(text + line)
     (root / SANDBOX_HOME.lstrip("/")).mkdir(mode=0o755, exist_ok=True)
+    prune_rootfs(root)
+
+
+def prune_rootfs(root: Path) -> None:
+    """Empty the documentation and apt cache directories (about half a minbase rootfs)."""
     for rel in PRUNE:
         target = root / rel
         if target.is_dir() and not target.is_symlink():
@@ -161,13 +166,14 @@ def customize_rootfs(root: Path) -> None:
             target.mkdir(parents=True, exist_ok=True)
 
 
-def debootstrap_command(root: Path, mirror: str, suite: str = SUITE) -> list[str]:
-    """The debootstrap invocation for the sandbox rootfs."""
-    return ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}",
+def debootstrap_command(root: Path, mirror: str, suite: str = SUITE,
+                        packages: Sequence[str] = PACKAGES) -> list[str]:
+    """The debootstrap invocation for a rootfs with ``packages`` (default: the sandbox's)."""
+    return ["debootstrap", "--variant=minbase", f"--include={','.join(packages)}",
             suite, str(root), mirror]
 
 
-def build_rootfs(root: Path, mirror: str) -> None:
+def build_rootfs(root: Path, mirror: str, packages: Sequence[str] = PACKAGES) -> None:
     """Run debootstrap into ``root`` (needs root and network access to ``mirror``)."""
     if shutil.which("debootstrap") is None and not Path("/usr/sbin/debootstrap").exists():
         raise SandboxSetupError(f"debootstrap is not installed; {SETUP_HELP}")
@@ -176,7 +182,8 @@ def build_rootfs(root: Path, mirror: str) -> None:
     env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
            "LANG": "C.UTF-8", "DEBIAN_FRONTEND": "noninteractive"}
     try:
-        done = subprocess.run(debootstrap_command(root, mirror), capture_output=True, text=True,
+        done = subprocess.run(debootstrap_command(root, mirror, packages=packages),
+                              capture_output=True, text=True,
                               env=env, timeout=DEBOOTSTRAP_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired as exc:
         raise SandboxSetupError(f"debootstrap from {mirror} took over "
@@ -202,8 +209,12 @@ def tarball_path(cache_dir: Path, tag: str) -> Path:
     return cache_dir / (re.sub(r"[^A-Za-z0-9._-]", "_", tag) + ".tar")
 
 
-def cached_tarball(cache_dir: Path, tag: str, mirror: str | None) -> Path:
-    """The rootfs tarball for ``tag``: from the cache, else debootstrapped now and cached."""
+def cached_tarball(
+    cache_dir: Path, tag: str, mirror: str | None, packages: Sequence[str] = PACKAGES,
+    customize: Callable[[Path], None] = customize_rootfs,
+) -> Path:
+    """The rootfs tarball for ``tag``: from the cache, else debootstrapped now (with
+    ``packages``, then ``customize``) and cached."""
     out = tarball_path(cache_dir, tag)
     if out.is_file():
         return out
@@ -211,8 +222,8 @@ def cached_tarball(cache_dir: Path, tag: str, mirror: str | None) -> Path:
     chosen = mirror or debian_mirror(read_apt_sources())
     with tempfile.TemporaryDirectory(prefix="tangram-rootfs-", dir=cache_dir) as tmp:
         root = Path(tmp) / "root"
-        build_rootfs(root, chosen)
-        customize_rootfs(root)
+        build_rootfs(root, chosen, packages)
+        customize(root)
         make_tarball(root, out)
     return out
 
@@ -230,14 +241,15 @@ def has_image(client: docker.DockerClient, tag: str) -> bool:
     return True
 
 
-def import_image(client: docker.DockerClient, tarball: Path, tag: str) -> str:
-    """``docker import`` the tarball as ``tag``; returns the image id."""
+def import_image(client: docker.DockerClient, tarball: Path, tag: str,
+                 changes: Sequence[str] = IMAGE_CHANGES) -> str:
+    """``docker import`` the tarball as ``tag`` with Dockerfile ``changes``; returns the id."""
     repository, _, version = tag.rpartition(":")
     if not repository:
         repository, version = tag, "latest"
     try:
         client.api.import_image_from_file(str(tarball), repository=repository, tag=version,
-                                          changes=list(IMAGE_CHANGES))
+                                          changes=list(changes))
         return str(client.images.get(tag).id)
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         raise SandboxSetupError(f"docker import of {tarball} as {tag} failed: {exc}") from exc
@@ -250,16 +262,22 @@ def ensure_image(
     cache_dir: Path = DEFAULT_CACHE_DIR,
     mirror: str | None = None,
     force: bool = False,
+    packages: Sequence[str] = PACKAGES,
+    customize: Callable[[Path], None] = customize_rootfs,
+    changes: Sequence[str] = IMAGE_CHANGES,
 ) -> str:
-    """Make sure the engine holds the sandbox image ``tag``; build it only if it is missing.
+    """Make sure the engine holds the image ``tag``; build it only if it is missing.
 
+    The defaults build the sandbox image; other ``packages``, ``customize`` and ``changes``
+    build other images from a Debian rootfs the same way (the local stack's base image).
     Returns the tag. ``force`` rebuilds the rootfs and imports it again.
     """
     if not force and has_image(client, tag):
         return tag
     if force:
         tarball_path(cache_dir, tag).unlink(missing_ok=True)
-    import_image(client, cached_tarball(cache_dir, tag, mirror), tag)
+    import_image(client, cached_tarball(cache_dir, tag, mirror, packages, customize), tag,
+                 changes)
     return tag
 
 

@@ -52,6 +52,17 @@ def build_parser() -> argparse.ArgumentParser:
     controller.add_arguments(commands.add_parser(
         "autoscaler", help="size the CPU pool to predicted demand within a budget"))
 
+    from tangram_celery import broker, stack
+    from tangram_celery.reward import server
+
+    broker.add_arguments(commands.add_parser(
+        "redis", help="the broker: redis-server on TANGRAM_REDIS_URL's port, append-only file"))
+    server.add_arguments(commands.add_parser(
+        "triton", help="Triton Inference Server (pytriton's binary) on the model repository"))
+    stack.add_up_arguments(commands.add_parser(
+        "up", help="the compose stack (compose/docker-compose.yml) as local processes"))
+    stack.add_down_arguments(commands.add_parser("down", help="stop what `tangram up` started"))
+
     commands.add_parser("bench", add_help=False,
                         help="benchmarks: `tangram bench <workload> --mode sim|real ...` "
                              "(see `tangram bench --help`)")
@@ -92,6 +103,20 @@ def run_tool(settings: Settings, args: argparse.Namespace) -> int:
     return runners[args.command](settings, args)
 
 
+def run_stack_command(settings: Settings, args: argparse.Namespace) -> int:
+    """``tangram redis``, ``tangram triton``, ``tangram up`` or ``tangram down``."""
+    from tangram_celery import broker, stack
+    from tangram_celery.reward import server
+
+    if args.command == "redis":
+        return broker.run_from_args(settings, args)
+    if args.command == "triton":
+        return server.run_from_args(settings.triton_url, args)
+    if args.command == "up":
+        return stack.run_up(args)
+    return stack.run_down(args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tangram`` command."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -107,6 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_worker(settings, args)
         if args.command in {"flower", "exporter", "status", "autoscaler"}:
             return run_tool(settings, args)
+        if args.command in {"redis", "triton", "up", "down"}:
+            return run_stack_command(settings, args)
         from tangram_celery.demo import DemoConfig
         from tangram_celery.demo import main as demo_main
 

@@ -358,9 +358,8 @@ def _http_ok(url: str) -> bool:
         return False
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run a server in the foreground until SIGINT or SIGTERM."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``tangram triton`` (also ``python -m tangram_celery.reward.server``)."""
     parser.add_argument("--repository", type=Path, default=Path("triton_models"))
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--http-port", type=int, default=0)
@@ -368,7 +367,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--metrics-port", type=int, default=0)
     parser.add_argument("--log", type=Path, default=None, help="log file (default: a temp dir)")
     parser.add_argument("--load", action="append", default=[], help="model to load at start")
-    args = parser.parse_args(argv)
+    parser.add_argument("--check", action="store_true",
+                        help="exit 0 when the server at TANGRAM_TRITON_URL is ready, else 1")
+
+
+def triton_ready(url: str) -> bool:
+    """Whether the Triton server at ``url`` (``http://host:port`` or ``host:port``) is ready."""
+    base = url if "://" in url else f"http://{url}"
+    return _http_ok(base.rstrip("/") + "/v2/health/ready")
+
+
+def run_server(args: argparse.Namespace) -> int:
+    """Run a server in the foreground until SIGINT or SIGTERM."""
     chosen = (args.http_port, args.grpc_port, args.metrics_port)
     ports = ServerPorts(*chosen) if all(chosen) else None
     server = TritonServer(
@@ -385,6 +395,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             while server.running():
                 time.sleep(0.5)
     return 0
+
+
+def run_from_args(triton_url: str, args: argparse.Namespace) -> int:
+    """``tangram triton``: the readiness check against ``triton_url``, or the server."""
+    if args.check:
+        return 0 if triton_ready(triton_url) else 1
+    return run_server(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run a server in the foreground until SIGINT or SIGTERM."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.check:
+        from tangram_celery.settings import Settings
+
+        return run_from_args(Settings.from_env().triton_url, args)
+    return run_server(args)
 
 
 if __name__ == "__main__":

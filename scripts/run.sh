@@ -11,7 +11,7 @@ cd "$ROOT"
 PYTHON="${PYTHON:-python3.11}"
 VENV="${TANGRAM_VENV:-$ROOT/.venv}"
 DEBIAN_PACKAGES=(bubblewrap redis-server python3 python3-pytest python3-pytest-xdist util-linux procps
-  docker.io debootstrap chromium fonts-dejavu-core)
+  docker.io docker-compose debootstrap chromium fonts-dejavu-core)
 
 log() { printf '[run.sh] %s\n' "$*" >&2; }
 

@@ -9,7 +9,6 @@ shows its status and stops everything on ``tangram down`` or Ctrl-C, leaving no 
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
@@ -19,7 +18,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import fields
@@ -28,9 +26,10 @@ from pathlib import Path
 import pytest
 import redis
 import yaml
+from stack_batch import check_batch_results, flower_tasks, mixed_batch
 
 from tangram_celery.cli import build_parser
-from tangram_celery.client import TangramClient, code_action
+from tangram_celery.client import TangramClient
 from tangram_celery.compose import (
     DEFAULT_COMPOSE_FILE,
     Healthcheck,
@@ -44,7 +43,6 @@ from tangram_celery.compose import (
     selected_services,
 )
 from tangram_celery.errors import ConfigError
-from tangram_celery.gpu_pool import reward_action
 from tangram_celery.registry import Registry
 from tangram_celery.services import free_port, wait_for_nodes
 from tangram_celery.settings import Settings
@@ -331,38 +329,6 @@ def up_stack(tmp_path: Path) -> Iterator[UpProcess]:
             print(f"--- {log.name} ---\n{text[-3000:]}")
 
 
-def flower_tasks(port: int, password: str) -> dict[str, object]:
-    """Flower's ``/api/tasks`` with basic auth (user ``tangram``)."""
-    token = base64.b64encode(f"tangram:{password}".encode()).decode()
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/api/tasks",
-                                     headers={"Authorization": f"Basic {token}"})
-    with urllib.request.urlopen(request, timeout=10) as response:  # nosec B310 # loopback URL built here
-        return dict(json.load(response))
-
-
-def mixed_batch(prefix: str) -> list[object]:
-    """Four code actions on the CPU node and four reward actions on the GPU pool."""
-    actions: list[object] = [code_action(f"{prefix}-c{i}", f"print({i} * {i})") for i in range(4)]
-    actions += [reward_action(f"{prefix}-r{i}", "answer_match",
-                              {"response": str(i), "reference": "2"}) for i in range(3)]
-    actions.append(reward_action(f"{prefix}-s", "semantic_similarity",
-                                 {"response": "a cat sat on the mat",
-                                  "reference": "a cat is sitting on the mat"}))
-    return actions
-
-
-def check_batch_results(results: list[object]) -> None:
-    """Every result came back ok with the output its action implies."""
-    assert len(results) == 8
-    for result in results:
-        assert result.ok, f"{result.kind} {result.status}: {result.error} {result.output}"  # type: ignore[attr-defined]
-    stdouts = [r.output["stdout"] for r in results[:4]]  # type: ignore[attr-defined]
-    assert stdouts == [f"{i * i}\n" for i in range(4)]
-    rewards = [r.output["reward"] for r in results[4:7]]  # type: ignore[attr-defined]
-    assert rewards == [0.0, 0.0, 1.0]
-    assert 0.5 < results[7].output["reward"] <= 1.0  # type: ignore[attr-defined]
-
-
 @pytest.mark.slow
 def test_tangram_up_serves_a_mixed_batch_and_down_stops_everything(
         up_stack: UpProcess) -> None:
@@ -378,9 +344,9 @@ def test_tangram_up_serves_a_mixed_batch_and_down_stops_everything(
     client_redis.close()
     started = time.monotonic()
     with TangramClient(settings) as client:
-        results = client.run_batch(mixed_batch(up_stack.marker), timeout=240)  # type: ignore[arg-type]
+        results = client.run_batch(mixed_batch(up_stack.marker), timeout=240)
     batch_seconds = time.monotonic() - started
-    check_batch_results(results)  # type: ignore[arg-type]
+    check_batch_results(results)
     tasks = flower_tasks(up_stack.ports["STACK_FLOWER_PORT"],
                          up_stack.env["TANGRAM_FLOWER_PASSWORD"])
     assert {r.action_id for r in results} <= set(tasks)

@@ -167,6 +167,19 @@ def _register_end_trajectory(app: Celery) -> None:
         return True
 
 
+STALE_CHANNEL_ERRORS: tuple[type[Exception], ...] = (AttributeError,)
+"""What kombu's Redis transport raises when a channel of a connection a broker restart broke is
+used again (its ``connection`` is None), treated by tangram's consumer as a connection error."""
+
+
+def consumer_connection_errors(
+    transport_errors: tuple[type[BaseException], ...],
+) -> tuple[type[BaseException], ...]:
+    """The errors tangram's worker consumer treats as a lost connection: the transport's own,
+    and :data:`STALE_CHANNEL_ERRORS`."""
+    return (*transport_errors, *STALE_CHANNEL_ERRORS)
+
+
 class DeadLetterConsumer(Consumer):  # type: ignore[misc]
     """Celery's consumer, with two changes.
 
@@ -174,8 +187,16 @@ class DeadLetterConsumer(Consumer):  # type: ignore[misc]
     their reason before being dropped, instead of vanishing. And a failure while closing the
     connection a broker restart just broke (seen with celery 5.7 / kombu 5.7: kombu restores
     unacked messages over the dead connection and ends in ``AttributeError``) no longer kills
-    the worker: the connection is dropped and the consumer reconnects as usual.
+    the worker: the connection is dropped and the consumer reconnects as usual. Likewise an
+    ack sent, after a reconnect, over the channel of the broken connection (kombu 5.7 raises
+    ``AttributeError`` there instead of a connection error) is logged instead of ending the
+    worker: the result is already stored, and the message left unacked is redelivered after
+    the visibility timeout and answered from the ledger without running again.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.connection_errors = consumer_connection_errors(self.conninfo.connection_errors)
 
     def on_connection_error_after_connected(self, exc: Exception) -> None:
         try:

@@ -16,6 +16,8 @@ import redis
 
 from tangram_celery import keys
 from tangram_celery.client import ActionHandle, TangramClient, command_action
+from tangram_celery.errors import ActionTimeout
+from tangram_celery.recovery import broker_action_ids
 from tangram_celery.registry import Registry
 from tangram_celery.services import (
     RedisServer,
@@ -64,8 +66,30 @@ def wait_until(condition: object, timeout: float) -> None:
     raise AssertionError(f"condition not met in {timeout} s")
 
 
+def whereabouts(client: redis.Redis, handle: ActionHandle) -> dict[str, object]:
+    """Where the broker and the ledger hold an action, to explain a missing result."""
+    in_broker = broker_action_ids(client, [handle.queue], ":", list(range(10)))
+    tags = [json.loads(v)[0]["properties"]["delivery_tag"] for v in client.hvals("unacked")
+            if json.loads(v)[0]["properties"].get("correlation_id") == handle.id]
+    return {
+        "queued_or_unacked": handle.id in in_broker,
+        "unacked_index": {t: client.zscore("unacked_index", t) for t in tags},
+        "attempts": client.get(keys.action_attempts(handle.id)),
+        "ledger_result": client.get(keys.action_result(handle.id)) is not None,
+        "republished": client.get(keys.REPUBLISHED_ACTIONS),
+        "now": time.time(),
+    }
+
+
 def check_exactly_once(client: redis.Redis, handles: list[ActionHandle]) -> dict[str, int]:
-    results = [h.result(timeout=240) for h in handles]
+    results = []
+    for handle in handles:
+        try:
+            results.append(handle.result(timeout=240))
+        except ActionTimeout as exc:
+            raise AssertionError(f"{exc}; {whereabouts(client, handle)}; "
+                                 f"{results_done(client, handles)} of {len(handles)} results "
+                                 "stored") from None
     for handle, result in zip(handles, results, strict=True):
         assert result.action_id == handle.id and result.ok, (result.status, result.error)
         assert result.output["stdout"] == f"{handle.id}\n"

@@ -426,3 +426,35 @@ def test_settings_fields_the_compose_file_sets_exist() -> None:
     for service in compose.services.values():
         for key in service.environment:
             assert key in known, f"{service.name}: {key} is not a setting"
+
+
+def test_a_service_that_fails_at_start_stops_the_stack(tmp_path: Path) -> None:
+    compose_file = tmp_path / "compose.yml"
+    compose_file.write_text(yaml.safe_dump({
+        "services": {
+            "redis": {"image": "tangram:test", "command": ["tangram", "redis", "--dir", "/d"],
+                      "environment": {"TANGRAM_REDIS_URL": "redis://redis:6379/0"},
+                      "expose": ["6379"], "ports": ["127.0.0.1:${R_PORT}:6379"],
+                      "volumes": ["data:/d"],
+                      "healthcheck": {"test": ["CMD", "tangram", "redis", "--check"],
+                                      "interval": "1s", "retries": 10}},
+            "broken": {"image": "tangram:test",
+                       "command": ["tangram", "triton", "--repository", "/nonexistent"],
+                       "healthcheck": {"test": ["CMD", "tangram", "triton", "--check"],
+                                       "interval": "1s", "retries": 30},
+                       "depends_on": {"redis": {"condition": "service_healthy"}}},
+        },
+        "volumes": {"data": None},
+    }))
+    marker = f"tgfail{uuid.uuid4().hex[:8]}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TANGRAM_", "STACK_"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "tangram_celery.cli", "up", "-f", str(compose_file),
+         "--state-dir", str(tmp_path / "state")],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**env, "R_PORT": str(free_port()), "STACK_TEST_MARKER": marker})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "broken exited with" in done.stderr
+    assert "redis: healthy" in done.stdout and "redis: stopping" in done.stdout
+    assert _wait_leftovers_gone(marker, tmp_path / "no-sandboxes") == []
+    assert not (tmp_path / "state" / "stack.json").exists()

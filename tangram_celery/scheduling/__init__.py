@@ -2,7 +2,9 @@
 
 `decide` implements the ARL-Tangram algorithm over topology-aware pools (`topology`) with a
 vectorised prefix DP (`dp`); `DurationModel` learns expected durations online; `Fcfs` and
-`ShortestFirst` are the queue orderings.
+`ShortestFirst` are the queue orderings. `decide_robust` (`RobustPolicy` with its state) is
+tangram's default: the same allocator steered by a `Demand` forecast (`DemandTracker`): a
+load-aware DoP cap, a reserve for short jobs and EASY backfilling with a starvation bound.
 
 Building a `Job` from an action: `key` is the pool of the action's key elastic resource;
 the allowed unit counts come from its cost vector (a range [min, max] gives min..max, a
@@ -12,9 +14,11 @@ come from `DurationModel.options((kind, key), allowed)`, or from a profiled T1 a
 elasticity. Unknown durations (None) make the job inelastic: it is admitted at its minimum.
 """
 
-from tangram_celery.scheduling.ersa import SchedulerConfig, decide
+from tangram_celery.scheduling.demand import Demand, DemandConfig, DemandTracker
+from tangram_celery.scheduling.ersa import SchedulerConfig, decide, settle
 from tangram_celery.scheduling.estimator import DurationModel, EstimatorConfig, Signature
 from tangram_celery.scheduling.ordering import Fcfs, Ordering, ShortestFirst
+from tangram_celery.scheduling.robust import Outlook, RobustConfig, RobustPolicy, decide_robust
 from tangram_celery.scheduling.topology import Operator, operator_for
 from tangram_celery.scheduling.types import (
     Core,
@@ -35,6 +39,9 @@ __all__ = [
     "Core",
     "CpuPool",
     "Decision",
+    "Demand",
+    "DemandConfig",
+    "DemandTracker",
     "DurationModel",
     "EstimatorConfig",
     "Fcfs",
@@ -44,7 +51,10 @@ __all__ = [
     "Operator",
     "Option",
     "Ordering",
+    "Outlook",
     "Pool",
+    "RobustConfig",
+    "RobustPolicy",
     "RunningJob",
     "SchedulerConfig",
     "ShortestFirst",
@@ -52,6 +62,8 @@ __all__ = [
     "Snapshot",
     "Start",
     "decide",
+    "decide_robust",
     "operator_for",
     "options_from_elasticity",
+    "settle",
 ]

@@ -28,9 +28,11 @@ order; the admitted part is the DP's total plus the candidates' waited time, O(1
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, islice
+from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -39,6 +41,7 @@ from tangram_celery.scheduling.dp import (
     MAX_TICKS,
     RESOLUTION,
     Allocation,
+    OptionArrays,
     Pick,
     PrefixSolver,
     State,
@@ -103,6 +106,9 @@ class Queue:
     unplaceable: tuple[str, ...]
 
 
+Band = tuple[int, int]
+"""The least and the most units an elastic job may be given."""
+
 Launch = tuple[tuple[int, ...], float | None]
 """Concrete units given to a job and its expected duration with them."""
 
@@ -110,8 +116,23 @@ Launch = tuple[tuple[int, ...], float | None]
 def decide(snapshot: Snapshot, config: SchedulerConfig | None = None) -> Decision:
     """Decide which waiting jobs start now and on which units (see the module docstring)."""
     config = config or SchedulerConfig()
+    return settle(snapshot, config.ordering.order(snapshot.waiting, snapshot.now), config)
+
+
+def settle(
+    snapshot: Snapshot,
+    ordered: Sequence[Job],
+    config: SchedulerConfig,
+    bands: Mapping[str, Band] | None = None,
+) -> Decision:
+    """`decide` on a queue already in the order to consider (`config.ordering` is not applied).
+
+    `bands` limits the unit counts elastic jobs may get (job id -> (least, most) units; a band
+    that keeps none of a job's counts keeps its minimum), so other policies can steer the
+    allocator without copying it. Without bands this is exactly `decide`.
+    """
     operators = {pool.name: operator_for(pool) for pool in snapshot.pools}
-    queue = build_queue(config.ordering.order(snapshot.waiting, snapshot.now), operators)
+    queue = build_queue(ordered, operators, bands)
     launches: dict[str, Launch] = {}
     deferred: list[str] = []
     groups: list[GroupOutcome] = []
@@ -128,20 +149,36 @@ def decide(snapshot: Snapshot, config: SchedulerConfig | None = None) -> Decisio
     return Decision(starts, tuple(deferred), queue.unplaceable, tuple(groups))
 
 
-def build_queue(ordered: Sequence[Job], operators: dict[str, Operator]) -> Queue:
-    """Drop unplaceable jobs and find the longest prefix that fits at minimums."""
+def build_queue(
+    ordered: Sequence[Job], operators: dict[str, Operator], bands: Mapping[str, Band] | None = None
+) -> Queue:
+    """Drop unplaceable jobs, hold elastic jobs to their bands, find the longest prefix that
+    fits at minimums."""
     entries: list[Entry] = []
     unplaceable: list[str] = []
     usable = {name: operator.usable for name, operator in operators.items()}
+    bands = bands or {}
     for job in ordered:
         serve = usable.get(job.key)
         options = serve(job.options) if serve is not None else ()
         if not options:
             unplaceable.append(job.job_id)
             continue
+        band = bands.get(job.job_id)
+        if band is not None and job.elastic:
+            options = _within(options, band)
         known = job.known if options is job.options else None not in [d for _, d in options]
         entries.append(Entry(job, options, job.elastic and known and len(options) > 1))
     return Queue(tuple(entries), _fitting(entries, operators), tuple(unplaceable))
+
+
+def _within(options: tuple[Option, ...], band: Band) -> tuple[Option, ...]:
+    """The options whose unit counts lie in the band (a slice), else the minimum."""
+    low = bisect_left(options, band[0], key=itemgetter(0))
+    high = bisect_right(options, band[1], key=itemgetter(0))
+    if low == 0 and high == len(options):
+        return options
+    return options[low:high] if low < high else options[:1]
 
 
 def _fitting(entries: Sequence[Entry], operators: dict[str, Operator]) -> int:
@@ -173,11 +210,8 @@ def _settle_pool(
     if elastic:
         rest = [e for e in queue.entries[queue.candidates :] if e.job.key == name]
         group = Group(snapshot, config, operator, fixed, elastic, rest)
-        prime_option_arrays([e.job for e in elastic if e.options is e.job.options])
-        rows = [
-            e.job.option_arrays if e.options is e.job.options else option_arrays(e.options)
-            for e in elastic
-        ]
+        prime_option_arrays([e.job for e in elastic if _offset(e) is not None])
+        rows = [_arrays(e) for e in elastic]
         solver = operator.solver(_after(operator, fixed), rows)
         admitted, allocation, objectives = _evict(group, solver)
         chosen += zip(elastic, allocation.options(admitted), strict=False)
@@ -189,6 +223,31 @@ def _settle_pool(
         for entry, index in chosen:
             launches[entry.job.job_id] = (assigned[entry.job.job_id], entry.options[index][1])
     return outcome
+
+
+def _offset(entry: Entry) -> int | None:
+    """Where the entry's options start among its job's, if they are a contiguous run of them
+    (ascending counts: a subset whose ends are the job's options n - 1 apart is that run)."""
+    options, full = entry.options, entry.job.options
+    if options is full:
+        return 0
+    first = options[0]
+    start = next((i for i, option in enumerate(full) if option is first), None)
+    if start is None or options[-1] is not full[start + len(options) - 1]:
+        return None
+    return start
+
+
+def _arrays(entry: Entry) -> OptionArrays:
+    """The entry's options as arrays: views into the job's cached arrays when a run of them."""
+    start = _offset(entry)
+    if start is None:
+        return option_arrays(entry.options)
+    units, durations = entry.job.option_arrays
+    end = start + len(entry.options)
+    if start == 0 and end == len(units):
+        return units, durations
+    return units[start:end], durations[start:end]
 
 
 def _after(operator: Operator, fixed: Sequence[Entry]) -> State:

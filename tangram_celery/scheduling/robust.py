@@ -1,0 +1,256 @@
+"""The robust scheduler: the paper's allocator, steered by predicted demand (beyond the paper).
+
+The paper's allocator (`ersa.decide`) is myopic: it gives every free unit to whoever waits now,
+so under load later elastic jobs find the pool full, and short inelastic jobs wait behind long
+ones holding many units. `decide_robust` keeps its DP and eviction, and changes what it is
+given, from a `Demand` forecast per pool (see `demand`):
+
+* **Load-aware DoP cap** (`dop_cap`): elastic jobs may take at most k units, k chosen from
+  `CAPS` to minimise the predicted mean elastic ACT: an M/M/c queue whose servers are the
+  units left to elastic work (the pool less the predicted short and long inelastic load,
+  times `utilisation`) divided by k, whose service time is the mean expected duration at k
+  and whose arrival rate is the predicted elastic rate (`predicted_act`). Light load: no cap;
+  overload: the cap with the least load.
+* **A reserve for short jobs** (`reserve_units`): ``ceil(a + z * sqrt(a))`` units, a the
+  predicted units busy with short jobs (square-root staffing), at most `max_reserve` of the
+  pool, that long and elastic jobs leave free or held by short jobs.
+* **Horizon start** (`backfill`): an elastic head that cannot get its cap now starts on fewer
+  units only if that is expected to finish before waiting for more would.
+* **EASY backfilling with a starvation bound** (`backfill.plan`): short jobs may start ahead of
+  a blocked head when that cannot delay its expected start; a head waiting `max_bypass_s` is
+  overtaken by nothing.
+
+The jobs chosen by the plan, and the units elastic jobs may share, are then handed to the
+paper's allocator (`ersa.settle`), which spreads the long room over the elastic candidates with
+its DP and eviction. Each idea has a switch (`RobustConfig`), so each can be measured alone.
+Pools whose fit depends on topology (GPU chunks) get the paper's allocator unchanged.
+
+`RobustPolicy` is the stateful callable the simulator and the node worker hold: it feeds a
+`DemandTracker` and remembers which running jobs it started as short.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from tangram_celery.scheduling.backfill import Busy, Waiting, plan
+from tangram_celery.scheduling.demand import (
+    NO_DEMAND,
+    Demand,
+    DemandConfig,
+    DemandTracker,
+    job_class,
+)
+from tangram_celery.scheduling.ersa import SchedulerConfig, settle
+from tangram_celery.scheduling.types import Core, CpuPool, Decision, Job, Pool, Snapshot
+
+
+@dataclass(frozen=True)
+class RobustConfig:
+    """Settings of `decide_robust`.
+
+    `base`: the paper's allocator's settings (depth, fallback duration, ordering).
+    `demand`: the forecast's settings; its `short_s` also decides which jobs are short.
+    `cap`, `reserve`, `backfill`, `horizon`: switch each idea on or off.
+    `utilisation`: how many of the units left to elastic work the cap's queue model counts
+    (above 1: the pool absorbs short bursts). `burstiness`: factor on the model's wait.
+    `max_units`: a hard cap on any elastic job (None: none).
+    `reserve_z`: safety factor of the reserve (standard deviations of short load).
+    `max_reserve`: the largest share of a pool the reserve may take.
+    `max_bypass_s`: after waiting this long a job is overtaken by nothing (starvation bound).
+    """
+
+    base: SchedulerConfig = field(default_factory=SchedulerConfig)
+    demand: DemandConfig = field(default_factory=DemandConfig)
+    cap: bool = True
+    reserve: bool = True
+    backfill: bool = True
+    utilisation: float = 1.2
+    reserve_z: float = 0.0
+    max_reserve: float = 0.5
+    max_bypass_s: float = 60.0
+    horizon: bool = True
+    max_units: int | None = None
+    burstiness: float = 4.0
+
+    def __post_init__(self) -> None:
+        if not self.utilisation > 0 or not 0 <= self.max_reserve < 1:
+            raise ValueError("utilisation must be positive and max_reserve in [0, 1)")
+        if self.reserve_z < 0 or self.max_bypass_s < 0:
+            raise ValueError("reserve_z and max_bypass_s must be >= 0")
+
+
+@dataclass(frozen=True)
+class Outlook:
+    """What `decide_robust` knows beyond the snapshot: the demand forecast per pool name, and
+    the running jobs that were started as short."""
+
+    demand: Mapping[str, Demand] = field(default_factory=dict)
+    short_running: frozenset[str] = frozenset()
+
+
+def reserve_units(demand: Demand, total: int, config: RobustConfig) -> int:
+    """Units kept for short jobs: square-root staffing of their predicted load, bounded."""
+    load = demand.short_load
+    if not config.reserve or load <= 0:
+        return 0
+    wanted = math.ceil(load + config.reserve_z * math.sqrt(load))
+    return min(wanted, math.floor(config.max_reserve * total))
+
+
+CAPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+"""The caps `dop_cap` chooses among."""
+
+
+def dop_cap(demand: Demand, total: int, config: RobustConfig) -> int | None:
+    """The cap with the least predicted elastic ACT, or None for no cap (see the module
+    docstring)."""
+    time, rate = demand.elastic_time, demand.elastic_rate
+    if not config.cap or rate <= 0 or not time:
+        return None
+    room = max(total - demand.short_load - demand.long_load, 1.0) * config.utilisation
+    caps = [cap for cap in CAPS if cap <= len(time)]
+    acts = [predicted_act(rate, time[cap - 1], room / cap, config.burstiness) for cap in caps]
+    best = caps[acts.index(min(acts))]
+    return None if best >= len(time) else best
+
+
+def predicted_act(rate: float, service: float, servers: float, burstiness: float = 1.0) -> float:
+    """Mean time in an M/M/c queue with `servers` servers (Sakasegawa's approximation of the
+    wait, times `burstiness`). Overloaded: a huge value growing with the load, so the least
+    overloaded choice wins."""
+    c = max(math.floor(servers), 1)
+    rho = rate * service / c
+    if rho >= 1:
+        return OVERLOADED * rho
+    wait: float = rho ** math.sqrt(2 * (c + 1)) / (c * (1 - rho)) * service * burstiness
+    return service + wait
+
+
+OVERLOADED = 1e12
+"""Scale of `predicted_act` for an overloaded queue."""
+
+
+def decide_robust(
+    snapshot: Snapshot, outlook: Outlook | None = None, config: RobustConfig | None = None
+) -> Decision:
+    """Which waiting jobs start now, on which units (see the module docstring)."""
+    config = config or RobustConfig()
+    outlook = outlook or Outlook()
+    ordered = config.base.ordering.order(snapshot.waiting, snapshot.now)
+    names = {pool.name for pool in snapshot.pools}
+    parts = [
+        _pool_decision(snapshot, pool, [j for j in ordered if j.key == pool.name], outlook,
+                       config)
+        for pool in snapshot.pools
+    ]
+    lost = tuple(job.job_id for job in ordered if job.key not in names)
+    return Decision(
+        tuple(start for part in parts for start in part.starts),
+        tuple(job for part in parts for job in part.deferred),
+        tuple(job for part in parts for job in part.unplaceable) + lost,
+        tuple(group for part in parts for group in part.groups),
+    )
+
+
+def _pool_decision(
+    snapshot: Snapshot, pool: Pool, jobs: list[Job], outlook: Outlook, config: RobustConfig
+) -> Decision:
+    """One pool: plan the starts at minimums, then let the paper's allocator spread units."""
+    running = tuple(job for job in snapshot.running if job.key == pool.name)
+    if not isinstance(pool, CpuPool):
+        return settle(Snapshot(snapshot.now, tuple(jobs), (pool,), running), jobs, config.base)
+    demand = outlook.demand.get(pool.name, NO_DEMAND)
+    reserve = reserve_units(demand, pool.total, config)
+    caps = _caps(jobs, demand, pool.total, reserve, config)
+    placeable = [job for job in jobs if job.minimum <= pool.total]
+    most = min(pool.total, config.max_units or pool.total)
+    caps = {job.job_id: min(caps.get(job.job_id, most), most) for job in jobs if job.is_elastic}
+    queue = [_waiting(job, caps.get(job.job_id, most), snapshot.now, config)
+             for job in placeable]
+    fallback = config.base.fallback_duration
+    busy = [
+        Busy(job.units, snapshot.now + fallback if job.expected_finish is None
+             else job.expected_finish, job.job_id in outlook.short_running)
+        for job in running
+    ]
+    chosen = plan(queue, busy, pool.total, len(pool.free), reserve, snapshot.now,
+                  config.backfill)
+    order = _reordered(jobs, [job_id for job_id, _ in chosen.chosen], chosen.head)
+    width = sum(units for _, units in chosen.chosen) + chosen.long_left
+    view = CpuPool(pool.name, _cores(pool.free, width), pool.total)
+    bands = {job_id: (units, caps.get(job_id, pool.total)) for job_id, units in chosen.chosen}
+    return settle(Snapshot(snapshot.now, tuple(order), (view,), running), order, config.base,
+                  bands)
+
+
+def _caps(jobs: Sequence[Job], demand: Demand, total: int, reserve: int,
+          config: RobustConfig) -> dict[str, int]:
+    """The most units each elastic job may get under the forecast."""
+    elastic = [job for job in jobs if job.is_elastic]
+    cap = dop_cap(demand, total, config)
+    return {} if cap is None else {job.job_id: cap for job in elastic}
+
+
+def _waiting(job: Job, cap: int, now: float, config: RobustConfig) -> Waiting:
+    """The plan's view of a job: its counts up to its cap if elastic (and the horizon view is
+    on), else its minimum."""
+    fallback = config.base.fallback_duration
+    counts = job.options if job.is_elastic and config.horizon else job.options[:1]
+    options = tuple((units, fallback if duration is None else duration)
+                    for units, duration in counts if units <= cap)
+    return Waiting(
+        job.job_id,
+        options or ((job.minimum, job.options[0][1] or fallback),),
+        job_class(job, config.demand.short_s) == "short",
+        now - job.submitted_at >= config.max_bypass_s,
+    )
+
+
+def _reordered(jobs: Sequence[Job], chosen: Sequence[str], head: str | None) -> list[Job]:
+    """The chosen jobs in queue order, then the head, then everyone else in queue order: the
+    allocator's candidate prefix is then exactly the chosen jobs."""
+    picked = set(chosen)
+    first = [job for job in jobs if job.job_id in picked]
+    rest = [job for job in jobs if job.job_id not in picked]
+    rest.sort(key=lambda job: job.job_id != head)
+    return first + rest
+
+
+def _cores(free: Sequence[Core], count: int) -> tuple[Core, ...]:
+    """`count` free cores, taken from the NUMA groups with the most free cores first (the
+    reserve stays in the fragmented groups)."""
+    if count >= len(free):
+        return tuple(free)
+    groups: dict[int, list[Core]] = {}
+    for core in free:
+        groups.setdefault(core.numa, []).append(core)
+    ranked = sorted(groups.values(), key=lambda cores: (-len(cores), cores[0].numa))
+    return tuple(core for cores in ranked for core in cores)[:count]
+
+
+class RobustPolicy:
+    """The robust scheduler with its state: a callable from `Snapshot` to `Decision`.
+
+    It feeds a `DemandTracker` with every snapshot and remembers which of the jobs it started
+    are short, so the reserve can count them; the decision itself is `decide_robust`.
+    """
+
+    def __init__(self, config: RobustConfig | None = None) -> None:
+        self.config = config or RobustConfig()
+        self.tracker = DemandTracker(self.config.demand)
+        self.short_running: set[str] = set()
+
+    def __call__(self, snapshot: Snapshot) -> Decision:
+        """The decision for one scheduling point."""
+        demand = self.tracker.observe(snapshot)
+        self.short_running &= {job.job_id for job in snapshot.running}
+        outlook = Outlook(demand, frozenset(self.short_running))
+        decision = decide_robust(snapshot, outlook, self.config)
+        short_s = self.config.demand.short_s
+        started = {start.job_id for start in decision.starts}
+        self.short_running |= {job.job_id for job in snapshot.waiting
+                               if job.job_id in started and job_class(job, short_s) == "short"}
+        return decision

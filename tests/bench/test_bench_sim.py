@@ -9,7 +9,12 @@ from tangram_celery.bench.sim.cluster import Cluster
 from tangram_celery.bench.sim.costs import CONTROL_PLANE, SCHEDULING_ONLY, Costs
 from tangram_celery.bench.sim.invariants import violations
 from tangram_celery.bench.sim.pods import water_fill
-from tangram_celery.bench.sim.policy import POLICIES, ersa, register_policy
+from tangram_celery.bench.sim.policy import (
+    DEFAULT_POLICY,
+    POLICIES,
+    policy_factory,
+    register_policy,
+)
 from tangram_celery.bench.sim.quota import Provider
 from tangram_celery.bench.sim.services import replica_counts
 from tangram_celery.bench.sim.systems import simulate, system
@@ -67,7 +72,7 @@ def test_a_registered_policy_drops_in() -> None:
     calls: list[int] = []
 
     def spy() -> object:
-        inner = ersa()
+        inner = policy_factory(DEFAULT_POLICY)()
 
         def policy(snapshot: Snapshot) -> Decision:
             calls.append(len(snapshot.waiting))

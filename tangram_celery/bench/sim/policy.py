@@ -5,6 +5,8 @@ pool in, a :class:`~tangram_celery.scheduling.Decision` out. The simulator build
 per pool (a CPU node, the GPU pool) from a factory, so a policy may keep per-pool state such as
 arrival-rate estimates. Register a new one with :func:`register_policy` and run it as
 ``--systems tangram:<name>`` (or make it the default of ``tangram`` with ``--policy``).
+Registered: ``robust`` (the default: tangram's load-robust scheduler), ``ersa`` (the paper's
+allocator alone) and the ablations of ``robust`` in :data:`ABLATIONS`.
 
 A :class:`Shape` turns an action into the options a policy sees: every allowed unit count
 (``Elastic``), one fixed count (``FixedDop``, the paper's ablation), or the minimum
@@ -21,6 +23,7 @@ from typing import Protocol
 
 from tangram_celery.bench.workloads.model import ActionSpec
 from tangram_celery.scheduling import Decision, Job, Option, SchedulerConfig, Snapshot, decide
+from tangram_celery.scheduling.robust import RobustConfig, RobustPolicy
 
 
 class Policy(Protocol):
@@ -40,8 +43,25 @@ def ersa() -> Policy:
     return partial(decide, config=SchedulerConfig())
 
 
-POLICIES: dict[str, PolicyFactory] = {"ersa": ersa}
-DEFAULT_POLICY = "ersa"
+def robust(config: RobustConfig | None = None) -> PolicyFactory:
+    """Tangram's robust scheduler (:mod:`tangram_celery.scheduling.robust`) with ``config``."""
+    return partial(RobustPolicy, config or RobustConfig())
+
+
+ABLATIONS: dict[str, RobustConfig] = {
+    "robust-no-cap": RobustConfig(cap=False),
+    "robust-no-reserve": RobustConfig(reserve=False),
+    "robust-no-backfill": RobustConfig(backfill=False),
+    "robust-no-horizon": RobustConfig(horizon=False),
+}
+"""The robust scheduler with one idea switched off, to measure what each one brings."""
+
+POLICIES: dict[str, PolicyFactory] = {
+    "robust": robust(),
+    "ersa": ersa,
+    **{name: robust(config) for name, config in ABLATIONS.items()},
+}
+DEFAULT_POLICY = "robust"
 
 
 def register_policy(name: str, factory: PolicyFactory) -> None:

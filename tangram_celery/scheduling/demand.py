@@ -103,11 +103,12 @@ class Rate:
         return self.count * math.exp(-max(now - self.last, 0.0) / self.window_s)
 
     def per_second(self, now: float) -> float:
-        """Arrivals per second, corrected for a window not yet filled."""
+        """Arrivals per second, corrected for a window not yet filled (counting at least one
+        window, so a first arrival does not read as a burst)."""
         if self.first is None:
             return 0.0
-        filled = 1.0 - math.exp(-max(now - self.first, 1e-9) / self.window_s)
-        return self.at(now) / (self.window_s * max(filled, 1e-9))
+        filled = 1.0 - math.exp(-max(now - self.first, self.window_s) / self.window_s)
+        return self.at(now) / (self.window_s * filled)
 
 
 @dataclass

@@ -1,19 +1,24 @@
-"""Placement policies for the admission gate, built on the pure elastic scheduler.
+"""Placement policies for the admission gate, built on the pure schedulers.
 
-:func:`elastic_policy` adapts :func:`tangram_celery.scheduling.decide` to the
-:class:`~tangram_celery.admission.Admission` gate of one pool: it turns waiting requests and
-running actions into scheduler jobs, asks for a decision, and returns the grants. The same
+:func:`snapshot_policy` adapts any scheduler (a callable from
+:class:`~tangram_celery.scheduling.Snapshot` to :class:`~tangram_celery.scheduling.Decision`)
+to the :class:`~tangram_celery.admission.Admission` gate of one pool: it turns waiting requests
+and running actions into scheduler jobs, asks for a decision, and returns the grants. The same
 adapter serves CPU nodes (cores with NUMA groups) and GPU pools (aligned power-of-two chunks).
+:func:`robust_policy` runs tangram's default, load-robust scheduler
+(:mod:`tangram_celery.scheduling.robust`); :func:`elastic_policy` the paper's allocator alone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 
 from tangram_celery.admission import Grant, Policy, PoolState, Request
 from tangram_celery.scheduling import (
     Core,
     CpuPool,
+    Decision,
     GpuPool,
     Job,
     Pool,
@@ -22,8 +27,11 @@ from tangram_celery.scheduling import (
     Snapshot,
     decide,
 )
+from tangram_celery.scheduling.robust import RobustConfig, RobustPolicy
 
 PoolFactory = Callable[[tuple[int, ...], int], Pool]
+Scheduler = Callable[[Snapshot], Decision]
+"""A scheduling decision over one snapshot (may keep state across calls, such as forecasts)."""
 
 
 def cpu_pool_factory(name: str, numa_of: Mapping[int, int] | None = None) -> PoolFactory:
@@ -58,8 +66,19 @@ def job_for(request: Request, key: str) -> Job:
 def elastic_policy(
     key: str, pool_factory: PoolFactory, config: SchedulerConfig | None = None
 ) -> Policy:
-    """A placement policy running the ARL-Tangram decision for one pool at each event."""
-    config = config or SchedulerConfig()
+    """A placement policy running the paper's ARL-Tangram decision for one pool at each event."""
+    return snapshot_policy(key, pool_factory, partial(decide, config=config or SchedulerConfig()))
+
+
+def robust_policy(
+    key: str, pool_factory: PoolFactory, config: RobustConfig | None = None
+) -> Policy:
+    """A placement policy running tangram's load-robust scheduler for one pool (the default)."""
+    return snapshot_policy(key, pool_factory, RobustPolicy(config))
+
+
+def snapshot_policy(key: str, pool_factory: PoolFactory, scheduler: Scheduler) -> Policy:
+    """A placement policy asking `scheduler` for a decision over one pool at each event."""
     jobs: dict[str, Job] = {}
 
     def policy(state: PoolState) -> Sequence[Grant]:
@@ -72,7 +91,7 @@ def elastic_policy(
         )
         snapshot = Snapshot(state.now, waiting, (pool_factory(state.free, state.total),),
                             running)
-        decision = decide(snapshot, config)
+        decision = scheduler(snapshot)
         return [(start.job_id, start.units) for start in decision.starts]
 
     return policy

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from tangram_celery.errors import ConfigError
 
 PREFIX = "TANGRAM_"
-SCHEDULERS = ("elastic", "fcfs-min")
+SCHEDULERS = ("robust", "elastic", "fcfs-min")
 T = TypeVar("T")
 
 
@@ -57,7 +57,7 @@ class Settings:
     flower_password: str = ""
     exporter_address: str = "127.0.0.1"
     exporter_port: int = 9808
-    scheduler: str = "elastic"
+    scheduler: str = "robust"
     scheduler_depth: int = 2
     triton_url: str = "http://127.0.0.1:8000"
     triton_protocol: str = "http"

@@ -64,7 +64,9 @@ DESCRIPTIONS: dict[str, str] = {
     "result_ttl_s": "How long results and idempotency records are kept (s).",
     "trajectory_ttl_s": "An idle trajectory's pin to its node expires after this (s).",
     "admission_window": "Messages a worker holds at once; 0: max(2N, N+4) for N units.",
-    "scheduler": "Placement policy: `elastic` (the paper's DP) or `fcfs-min`.",
+    "scheduler": "Placement policy: `robust` (the paper's DP steered by predicted demand: "
+    "DoP cap, short-action reserve, backfilling), `elastic` (the paper's DP alone) or "
+    "`fcfs-min`; GPU pools run the paper's DP for both `robust` and `elastic`.",
     "scheduler_depth": "Units the elastic scheduler's estimate lets the first waiter try.",
     "triton_url": "Triton Inference Server address of the GPU pools.",
     "triton_protocol": "Triton client protocol: `http` or `grpc`.",

@@ -14,10 +14,11 @@ import redis
 from tangram_celery import keys
 from tangram_celery.admission import Policy, fcfs_minimum
 from tangram_celery.node import CpuNode
-from tangram_celery.placement import cpu_pool_factory, elastic_policy
+from tangram_celery.placement import cpu_pool_factory, elastic_policy, robust_policy
 from tangram_celery.registry import Registry
 from tangram_celery.sandbox import SandboxLimits, make_backend
 from tangram_celery.scheduling import SchedulerConfig
+from tangram_celery.scheduling.robust import RobustConfig
 from tangram_celery.serving import admission_window, serve
 from tangram_celery.settings import Settings
 
@@ -84,13 +85,17 @@ def build_cpu_node(settings: Settings, name: str, cores: int, memory_mb: float) 
 
 
 def cpu_policy(settings: Settings, cpus: Sequence[int]) -> Policy:
-    """The node's placement policy: the elastic scheduler, or strict FCFS at the minimum."""
+    """The node's placement policy (``settings.scheduler``): the load-robust scheduler (the
+    default), the paper's elastic scheduler alone, or strict FCFS at the minimum."""
     if settings.scheduler == "fcfs-min":
         return fcfs_minimum
     numa = host_numa_groups()
     groups = {unit: numa.get(cpu, 0) for unit, cpu in enumerate(cpus)}
-    return elastic_policy("cpu", cpu_pool_factory("cpu", groups),
-                          SchedulerConfig(depth=settings.scheduler_depth))
+    pools = cpu_pool_factory("cpu", groups)
+    base = SchedulerConfig(depth=settings.scheduler_depth)
+    if settings.scheduler == "elastic":
+        return elastic_policy("cpu", pools, base)
+    return robust_policy("cpu", pools, RobustConfig(base=base))
 
 
 def host_numa_groups(root: Path = Path("/sys/devices/system/node")) -> dict[int, int]:

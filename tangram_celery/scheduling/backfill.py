@@ -66,12 +66,12 @@ class Busy:
 
 @dataclass(frozen=True)
 class Plan:
-    """Jobs that start now with the least units each gets (in queue order), the blocked head,
-    and the long room left after them (units elastic jobs among `chosen` may take beyond
-    those)."""
+    """Jobs that start now with the least units each gets (in queue order), the blocked head
+    with the units it waits for, and the long room left after them (units elastic jobs among
+    `chosen` may take beyond those; less than the head waits for)."""
 
     chosen: tuple[tuple[str, int], ...]
-    head: str | None
+    head: tuple[str, int] | None
     long_left: int
 
 
@@ -142,17 +142,18 @@ def plan(
                 chosen.append(pick)
                 continue
             if not backfill or job.overdue:
-                return _result(chosen, job.job_id, held, reserve, total)
+                return _result(chosen, pick, held, reserve, total)
             shadow = shadow_of(pick, busy, chosen, total, own, now)
         elif job.short and job.units <= held.free and shadow.admits(job, now):
             held.take(job)
             chosen.append(job)
-    return _result(chosen, shadow.head.job_id if shadow else None, held, reserve, total)
+    return _result(chosen, shadow.head if shadow else None, held, reserve, total)
 
 
-def _result(chosen: Sequence[Waiting], head: str | None, held: Held, reserve: int,
+def _result(chosen: Sequence[Waiting], head: Waiting | None, held: Held, reserve: int,
             total: int) -> Plan:
-    return Plan(tuple((job.job_id, job.units) for job in chosen), head,
+    return Plan(tuple((job.job_id, job.units) for job in chosen),
+                None if head is None else (head.job_id, head.units),
                 max(held.room(reserve, total), 0))
 
 

@@ -32,8 +32,11 @@ Pools whose fit depends on topology (GPU chunks) get the paper's allocator uncha
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
+from typing import cast
 
 from tangram_celery.scheduling.backfill import Busy, Waiting, plan
 from tangram_celery.scheduling.demand import (
@@ -178,10 +181,12 @@ def _pool_decision(
     ]
     chosen = plan(queue, busy, pool.total, len(pool.free), reserve, snapshot.now,
                   config.backfill)
-    order = _reordered(jobs, [job_id for job_id, _ in chosen.chosen], chosen.head)
+    head = None if chosen.head is None else chosen.head[0]
+    order = _reordered(jobs, [job_id for job_id, _ in chosen.chosen], head)
     width = sum(units for _, units in chosen.chosen) + chosen.long_left
     view = CpuPool(pool.name, _cores(pool.free, width), pool.total)
-    bands = {job_id: (units, caps.get(job_id, pool.total)) for job_id, units in chosen.chosen}
+    held = [*chosen.chosen, *([chosen.head] if chosen.head else [])]
+    bands = {job_id: (units, caps.get(job_id, pool.total)) for job_id, units in held}
     return settle(Snapshot(snapshot.now, tuple(order), (view,), running), order, config.base,
                   bands)
 
@@ -196,14 +201,16 @@ def _caps(jobs: Sequence[Job], demand: Demand, total: int, reserve: int,
 
 def _waiting(job: Job, cap: int, now: float, config: RobustConfig) -> Waiting:
     """The plan's view of a job: its counts up to its cap if elastic (and the horizon view is
-    on), else its minimum."""
-    fallback = config.base.fallback_duration
-    counts = job.options if job.is_elastic and config.horizon else job.options[:1]
-    options = tuple((units, fallback if duration is None else duration)
-                    for units, duration in counts if units <= cap)
+    on), else its minimum (a slice of the job's own options: no copy per scheduling point)."""
+    if job.is_elastic and config.horizon:
+        options = job.options[: max(bisect_right(job.options, cap, key=itemgetter(0)), 1)]
+    else:
+        duration = job.options[0][1]
+        fallback = config.base.fallback_duration
+        options = ((job.minimum, fallback if duration is None else duration),)
     return Waiting(
         job.job_id,
-        options or ((job.minimum, job.options[0][1] or fallback),),
+        cast(tuple[tuple[int, float], ...], options),  # elastic: every duration is known
         job_class(job, config.demand.short_s) == "short",
         now - job.submitted_at >= config.max_bypass_s,
     )

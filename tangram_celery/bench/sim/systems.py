@@ -1,8 +1,9 @@
 """The systems compared, by name, and how each is assembled from backends.
 
-* ``tangram``: pooled, every action shaped elastic, the default policy (``ersa``: the paper's
-  algorithm as :func:`tangram_celery.scheduling.decide` implements it). ``tangram:<policy>``
-  runs any registered policy (see :mod:`.policy`).
+* ``tangram``: pooled, every action shaped elastic, the default policy (``robust``: the
+  paper's allocator steered by predicted demand, :mod:`tangram_celery.scheduling.robust`).
+  ``tangram:<policy>`` runs any registered policy (see :mod:`.policy`), ``tangram:ersa`` the
+  paper's algorithm as :func:`tangram_celery.scheduling.decide` implements it.
 * ``fixed-dop-<k>``: pooled, every elastic action at a fixed DoP k (the paper's ablation).
 * ``celery``: plain Celery: FIFO, one queue per node with concurrency = cores, every action at
   one unit, no elasticity (the same routing and FCFS admission, ``TANGRAM_SCHEDULER=fcfs-min``);
@@ -39,6 +40,9 @@ from tangram_celery.bench.sim.services import StaticServices
 from tangram_celery.bench.workloads.model import Workload
 
 DEFAULT_SYSTEMS = ("tangram", "static", "fixed-dop-4", "fixed-dop-16", "celery")
+BASELINE_POLICY = "ersa"
+"""The policy of the pooled baselines (fixed DoP, plain Celery): strict FCFS through the
+paper's allocator, as those systems run, whatever tangram's default policy is."""
 
 
 @dataclass(frozen=True)
@@ -61,9 +65,9 @@ def system(name: str, default_policy: str = DEFAULT_POLICY) -> System:
         return System(name, True, Elastic(), policy)
     fixed = re.fullmatch(r"fixed-dop-(\d+)", name)
     if fixed:
-        return System(name, True, FixedDop(int(fixed.group(1))))
+        return System(name, True, FixedDop(int(fixed.group(1))), BASELINE_POLICY)
     if name == "celery":
-        return System(name, True, Minimum(), quota=False)
+        return System(name, True, Minimum(), BASELINE_POLICY, quota=False)
     if name == "static":
         return System(name, False)
     if name == "static-n4":

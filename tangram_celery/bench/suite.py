@@ -4,6 +4,7 @@
     tangram bench mopd --mode sim --sweep gpus --systems tangram,static,fixed-dop-4,celery
     tangram bench coding --mode real --systems tangram,fixed-dop-4,celery --batch 8 --cores 8
     tangram bench trace --trace mine.jsonl --mode sim
+    tangram bench robustness [--scale 4] [--ablations]   (see bench.robustness)
 
 Workloads: ``coding``, ``mopd``, ``deepsearch`` (seeded generators) or ``trace`` (a JSON Lines
 file, see :mod:`tangram_celery.bench.workloads.trace`). Systems: see
@@ -93,8 +94,13 @@ class Plan:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark and write its outputs; returns a process exit code."""
-    args = build_parser().parse_args(argv)
-    command = "tangram bench " + " ".join(sys.argv[1:] if argv is None else argv)
+    given = sys.argv[1:] if argv is None else list(argv)
+    if given[:1] == ["robustness"]:
+        from tangram_celery.bench.robustness import main as robustness_main
+
+        return robustness_main(given[1:])
+    args = build_parser().parse_args(given)
+    command = "tangram bench " + " ".join(given)
     try:
         plan = resolve(args)
     except ValueError as exc:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tangram_celery.bench.suite import main
 from tangram_celery.bench.workloads import coding, write_trace
 
@@ -61,3 +63,17 @@ def test_trace_replay_and_bad_arguments(tmp_path: Path) -> None:
     assert main(["trace", "--out", str(tmp_path)]) == 2
     assert main(["coding", "--costs", "nope", "--out", str(tmp_path)]) == 2
     assert main(["mopd", "--mode", "real", "--out", str(tmp_path)]) == 2
+
+
+def test_robustness_sweep_prints_the_comparison(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "rows.json"
+    assert main(["robustness", "--scale", "16", "--sweep", "cores", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "tangram / best" in printed and "exec static / tangram" in printed
+    rows = json.loads(out.read_text())
+    assert [row["cores"] for row in rows] == [48, 112, 160, 240]
+    for row in rows:
+        assert set(row["mean"]) == {"tangram", "tangram:ersa", "fixed-dop-4", "fixed-dop-8",
+                                    "fixed-dop-16", "static"}
+        assert row["ideal_external"] <= min(row["external"].values())

@@ -1,0 +1,178 @@
+"""``tangram bench robustness``: tangram's scheduler against the paper's and every fixed DoP.
+
+    tangram bench robustness                      # paper scale, batch and cores sweeps
+    tangram bench robustness --scale 4            # a quarter of every size (quick)
+    tangram bench robustness --ablations          # also the robust policy minus each idea
+
+The AI-coding workload in simulation, pure CPU scheduling (no control-plane costs), at every
+point of the batch sweep (cores 1280) and of the cores sweep (batch 1280) of ``tangram bench
+--sweep``: mean ACT of ``tangram`` (the robust policy) against ``tangram:ersa`` (the paper's
+allocator), fixed DoP 4, 8 and 16 and static per-trajectory pods, with the ratio to the best
+of the paper's and the fixed DoPs (<= 1: never worse); exec actions' ACT against static (>= 1:
+never slower); and external time per trajectory against static, next to the ideal ratio (every
+action at its largest allowed count, no queueing), which bounds what any scheduler can reach.
+``--scale k`` divides the batch, the cores and each node's cores by k (nodes stay 256 / k cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from tangram_celery.bench.plan import SWEEPS, Point, workload_at
+from tangram_celery.bench.sim.costs import SCHEDULING_ONLY
+from tangram_celery.bench.sim.policy import ABLATIONS
+from tangram_celery.bench.sim.systems import simulate
+from tangram_celery.bench.summary import ALL, summarize
+from tangram_celery.bench.workloads import Workload
+
+TANGRAM = "tangram"
+PAPER = "tangram:ersa"
+FIXED = ("fixed-dop-4", "fixed-dop-8", "fixed-dop-16")
+STATIC = "static"
+SYSTEMS = (TANGRAM, PAPER, *FIXED, STATIC)
+NODE_CORES = 256
+
+
+@dataclass(frozen=True)
+class Row:
+    """One sweep point: mean and exec ACT per system, external time per trajectory."""
+
+    sweep: str
+    batch: int
+    cores: int
+    mean: dict[str, float]
+    exec: dict[str, float]
+    external: dict[str, float]
+    ideal_external: float
+
+    @property
+    def best_rival(self) -> tuple[str, float]:
+        """The best of the paper's allocator and the fixed DoPs by mean ACT."""
+        rivals = {name: self.mean[name] for name in (PAPER, *FIXED) if name in self.mean}
+        name = min(rivals, key=rivals.__getitem__)
+        return name, rivals[name]
+
+    def ratio(self, name: str = TANGRAM) -> float:
+        """``name``'s mean ACT over the best rival's (<= 1: at least as good)."""
+        return self.mean[name] / self.best_rival[1]
+
+
+def sweep_points(scale: int) -> list[tuple[str, Point]]:
+    """The batch sweep at 1280 cores, then the cores sweep at batch 1280, divided by ``scale``."""
+    base = Point()
+    found = [("batch", replace(base, batch=int(v))) for v in SWEEPS["batch"]]
+    found += [("cores", replace(base, cores=int(v))) for v in SWEEPS["cores"]
+              if int(v) != base.cores]
+    return [(sweep, replace(p, batch=p.batch // scale, cores=p.cores // scale))
+            for sweep, p in found]
+
+
+def ideal_external(workload: Workload) -> float:
+    """External time per trajectory if every action ran at its largest count, never queued."""
+    total = sum(a.duration(a.units[-1]) for t in workload.trajectories for a in t.actions)
+    return total / len(workload.trajectories)
+
+
+def run_point(sweep: str, point: Point, systems: Sequence[str], seed: int, scale: int,
+              tick: Callable[[str], None]) -> Row:
+    """Every system at one point."""
+    workload = workload_at("coding", point, seed)
+    cluster = point.cluster(cores_per_node=NODE_CORES // scale)
+    mean, exec_act, external = {}, {}, {}
+    for name in systems:
+        result = simulate(workload, name, cluster, SCHEDULING_ONLY, seed=seed,
+                          point=point.as_dict())
+        summary = summarize(result, "sched")
+        kinds = {k.kind: k for k in summary.kinds}
+        mean[name], exec_act[name] = kinds[ALL].mean, kinds["exec"].mean
+        external[name] = summary.external
+        tick(name)
+    return Row(sweep, point.batch, point.cores, mean, exec_act, external,
+               ideal_external(workload))
+
+
+def render(rows: Sequence[Row], systems: Sequence[str]) -> str:
+    """The comparison table as Markdown: mean ACT per system, the ratios, exec ACT, external
+    time; each extra system (an ablation) with its ratio to the best rival and its exec ACT."""
+    extra = [s for s in systems if s not in SYSTEMS]
+    head = ["sweep", "batch", "cores", *systems, "best rival", "tangram / best",
+            "exec tangram", "exec static", "exec static / tangram",
+            *(f"{s}: / best, exec static / it" for s in extra),
+            "ext. static / tangram", "ideal static / ideal"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for row in rows:
+        rival, _ = row.best_rival
+        cells = [row.sweep, str(row.batch), str(row.cores),
+                 *(f"{row.mean[s]:.3f}" for s in systems), rival, _mark(row.ratio(), 1.0),
+                 f"{row.exec[TANGRAM]:.4f}", f"{row.exec[STATIC]:.4f}",
+                 _mark(row.exec[STATIC] / row.exec[TANGRAM], 1.0, higher=True),
+                 *(f"{row.ratio(s):.3f}, {row.exec[STATIC] / row.exec[s]:.4f}" for s in extra),
+                 f"{row.external[STATIC] / row.external[TANGRAM]:.2f}x",
+                 f"{row.external[STATIC] / row.ideal_external:.2f}x"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _mark(value: float, target: float, higher: bool = False) -> str:
+    met = value >= target if higher else value <= target
+    return f"{value:.4f}" + ("" if met else " (miss)")
+
+
+def headline(rows: Sequence[Row]) -> str:
+    """External time per trajectory where batch equals cores (1280 at paper scale) vs static."""
+    lines = []
+    for row in rows:
+        if row.sweep != "batch" or row.batch != row.cores:
+            continue
+        ratio = row.external[STATIC] / row.external[TANGRAM]
+        bound = row.external[STATIC] / row.ideal_external
+        lines.append(
+            f"External time per trajectory, batch {row.batch} on {row.cores} cores, pure CPU "
+            f"scheduling: tangram {row.external[TANGRAM]:.2f} s, static "
+            f"{row.external[STATIC]:.2f} s: {ratio:.2f}x (target >= 2x). The ideal (every "
+            f"action at its largest count, no queueing) takes {row.ideal_external:.2f} s, so "
+            f"no scheduler can beat static by more than {bound:.2f}x on this workload.")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The arguments of ``tangram bench robustness``."""
+    parser = argparse.ArgumentParser(prog="tangram bench robustness", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scale", type=int, default=1, choices=(1, 2, 4, 8, 16),
+                        help="divide batch, cores and node size by this (1: paper scale)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--sweep", choices=("batch", "cores", "both"), default="both")
+    parser.add_argument("--ablations", action="store_true",
+                        help="also run the robust policy with each idea switched off")
+    parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the sweeps and print the table."""
+    args = build_parser().parse_args(argv)
+    systems = [*SYSTEMS, *(f"tangram:{name}" for name in ABLATIONS if args.ablations)]
+    chosen = [(s, p) for s, p in sweep_points(args.scale) if args.sweep in (s, "both")]
+    rows = []
+    for sweep, point in chosen:
+        rows.append(run_point(sweep, point, systems, args.seed, args.scale,
+                              lambda name: print(".", end="", file=sys.stderr, flush=True)))
+        print(f" {sweep} batch {point.batch} cores {point.cores}", file=sys.stderr)
+    print(f"AI-coding workload, simulated, pure CPU scheduling, seed {args.seed}, scale 1/"
+          f"{args.scale}: mean ACT (s) per system\n")
+    print(render(rows, systems))
+    print()
+    print(headline(rows))
+    if args.json is not None:
+        args.json.write_text(json.dumps([asdict(row) for row in rows], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -79,6 +79,10 @@ class Actuator(Protocol):
         """Stop everything this actuator started."""
 
 
+RESTART_BACKOFF_S = 5.0
+"""Shortest time between two starts of the same member."""
+
+
 @dataclass
 class Member:
     """One worker of a pool (a local process, a container) and its drain state."""
@@ -196,8 +200,15 @@ class MemberActuator:
                      self._drain.pinned(member.name))
 
     def step(self) -> None:
-        """Stop drained members whose trajectories ended (or whose drain timed out)."""
+        """Start again, under the same name, active members that exited (their queue and pinned
+        trajectories are served again), at most once per ``RESTART_BACKOFF_S`` each; stop
+        drained members whose trajectories ended (or whose drain timed out)."""
         now = self._clock()
+        for member in self.active():
+            if self._exited(member.handle) and now - member.started >= RESTART_BACKOFF_S:
+                log.warning("node %s exited; starting it again", member.name)
+                member.handle = self._launch(member.name)
+                member.started = now
         for member in self.draining():
             done = self._drain.done(member.name)
             late = now - (member.draining_since or now) > self.drain_timeout_s
@@ -220,13 +231,17 @@ class MemberActuator:
             return
         self._serial += 1
         name = f"{self._prefix}-{self._serial}"
-        handle = self._start(name)
-        if self._registry is not None:
-            self._registry.announce_node(name, self.cores, self.memory_mb, self._startup_grace_s)
+        handle = self._launch(name)
         now = self._clock()
         self._members[name] = Member(name, self.cores, handle, now, self.memory_mb)
         self.held.start(name, self.cores, now)
         log.info("started node %s (%d cores)", name, self.cores)
+
+    def _launch(self, name: str) -> object:
+        handle = self._start(name)
+        if self._registry is not None:
+            self._registry.announce_node(name, self.cores, self.memory_mb, self._startup_grace_s)
+        return handle
 
     def _remove(self, member: Member) -> None:
         self._stop(member.handle)

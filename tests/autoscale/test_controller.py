@@ -15,6 +15,7 @@ import redis
 
 from tangram_celery import keys
 from tangram_celery.actlog import ActRecord
+from tangram_celery.autoscale.actuators import RESTART_BACKOFF_S, LocalProcessActuator
 from tangram_celery.autoscale.controller import (
     AutoscalerOptions,
     RecentAct,
@@ -27,12 +28,14 @@ from tangram_celery.autoscale.controller import (
     options_from_args,
     recent_act,
     unacked_work,
+    worker_env,
 )
 from tangram_celery.autoscale.policy import ScalingConfig
 from tangram_celery.bench.emulation import emulated_exec, emulated_test_run
 from tangram_celery.client import TangramClient
 from tangram_celery.errors import ConfigError
 from tangram_celery.inventory import Inventory, QueueDepth, read_inventory
+from tangram_celery.registry import Registry
 from tangram_celery.router import NodeView
 from tangram_celery.settings import Settings
 
@@ -150,3 +153,33 @@ def test_options_come_from_settings_and_flags_override_them() -> None:
         options_from_args(parser.parse_args(["--min-nodes", "6"]), settings)
     with pytest.raises(ConfigError, match="TANGRAM_AUTOSCALE_NODE_CORES must be positive"):
         Settings.from_env({"TANGRAM_AUTOSCALE_NODE_CORES": "0"})
+
+
+def test_a_member_that_dies_is_started_again_and_serves_its_queue(
+    settings: Settings, redis_client: redis.Redis, tmp_path: Path,
+) -> None:
+    """A node worker SIGKILLed while its pool should hold it is started again under its name
+    (after the restart back-off), so actions queued for it still run."""
+    offset = [0.0]
+    actuator = LocalProcessActuator(
+        redis_client, worker_env(settings), 1, 4096, tmp_path, prefix="r",
+        clock=lambda: time.time() + offset[0],
+        registry=Registry(redis_client, settings.node_ttl_s, settings.trajectory_ttl_s),
+    )
+    try:
+        actuator.scale("cpu", 1)
+        (member,) = actuator.active()
+        _wait(lambda: redis_client.hget(keys.node("r-1"), "starting") is None)
+        member.handle.kill()  # type: ignore[attr-defined]
+        member.handle.wait(10)  # type: ignore[attr-defined]
+        member.started = time.time()  # however long it took to start, the back-off holds
+        with TangramClient(settings) as client:
+            handle = client.submit(emulated_exec("dies-1", 0.1))
+            actuator.step()
+            assert member.handle.poll() is not None  # type: ignore[attr-defined]
+            offset[0] = RESTART_BACKOFF_S
+            actuator.step()
+            assert member.handle.poll() is None  # type: ignore[attr-defined]
+            assert handle.queue == keys.cpu_queue("r-1") and handle.result(timeout=60).ok
+    finally:
+        actuator.close()

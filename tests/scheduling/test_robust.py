@@ -116,7 +116,7 @@ def test_short_holders_count_against_the_reserve_and_short_jobs_backfill_into_it
     demand = Demand(short_load=3.0)
     running = (RunningJob("s0", CPU, 2, 5.0),)
     free = busy_pool(tuple(range(2, 10)), 10)
-    snapshot = Snapshot(0.0, (fixed("long", 7, 30.0), fixed("short", 1, 0.3, at=1)), (free,),
+    snapshot = Snapshot(0.0, (fixed("long", 7, 90.0), fixed("short", 1, 0.3, at=1)), (free,),
                         running)
     known = Outlook({CPU: demand}, frozenset({"s0"}))
     unknown = Outlook({CPU: demand})
@@ -131,7 +131,7 @@ def test_short_holders_count_against_the_reserve_and_short_jobs_backfill_into_it
 def backfill_case(short_duration: float) -> Snapshot:
     """8 cores, 6 held until t = 10; the head needs all 8; a short job waits behind it."""
     running = (RunningJob("r", CPU, 6, 10.0),)
-    waiting = (fixed("head", 8, 50.0), fixed("short", 1, short_duration, at=1.0))
+    waiting = (fixed("head", 8, 100.0), fixed("short", 1, short_duration, at=1.0))
     return Snapshot(2.0, waiting, (busy_pool((6, 7), 8),), running)
 
 
@@ -155,7 +155,7 @@ def test_extra_units_at_the_shadow_time_take_any_short_job() -> None:
     """The head needs 6 of 8 cores at t = 10, so 2 cores are spare then: two short jobs that
     outlast t = 10 may backfill, the third may not."""
     running = (RunningJob("r", CPU, 6, 10.0),)
-    waiting = (fixed("head", 6, 50.0), *(fixed(f"s{i}", 1, 9.0, at=1.0 + i) for i in range(3)))
+    waiting = (fixed("head", 6, 100.0), *(fixed(f"s{i}", 1, 9.0, at=1.0 + i) for i in range(3)))
     snapshot = Snapshot(2.0, waiting, (busy_pool((6, 7), 8),), running)
     assert units(decide_robust(snapshot, Outlook(), ONLY_BACKFILL)) == {"s0": 1, "s1": 1}
 
@@ -168,7 +168,7 @@ def test_an_overdue_head_is_overtaken_by_nothing() -> None:
 
 def test_long_jobs_never_overtake_the_head() -> None:
     running = (RunningJob("r", CPU, 6, 10.0),)
-    waiting = (fixed("head", 8, 50.0), fixed("long", 1, 60.0, at=1.0))
+    waiting = (fixed("head", 8, 100.0), fixed("long", 1, 120.0, at=1.0))
     snapshot = Snapshot(2.0, waiting, (busy_pool((6, 7), 8),), running)
     assert units(decide_robust(snapshot, Outlook(), ONLY_BACKFILL)) == {}
 

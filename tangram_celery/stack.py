@@ -32,8 +32,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,7 @@ from tangram_celery.compose import (
     selected_services,
 )
 from tangram_celery.errors import ConfigError, ServiceError
-from tangram_celery.services import stop_process
+from tangram_celery.services import free_port, stop_process
 
 DEFAULT_STATE_DIR = Path.home() / ".local" / "state" / "tangram" / "up"
 STATE_FILE = "stack.json"
@@ -376,7 +376,13 @@ def running_supervisor(state_dir: Path) -> dict[str, Any] | None:
 
 @dataclass(frozen=True)
 class UpOptions:
-    """What ``tangram up`` runs (see :func:`add_up_arguments`)."""
+    """What ``tangram up`` runs (see :func:`add_up_arguments`).
+
+    ``publish=False``: every port a service listens on is a free loopback port instead of the
+    host port the compose file publishes (a private stack beside another one). ``replicas``:
+    service -> one mapping of interpolation variables per copy to run; copy ``i`` (from 1) is
+    named ``SERVICE-i`` and its command is read from the compose file with those variables
+    over the others (how ``tangram demo`` runs several CPU nodes from one ``cpu-node``)."""
 
     compose_file: Path = DEFAULT_COMPOSE_FILE
     env_file: Path | None = None
@@ -384,6 +390,8 @@ class UpOptions:
     services: tuple[str, ...] = ()
     profiles: tuple[str, ...] = ()
     sandbox: str = "bwrap"
+    publish: bool = True
+    replicas: Mapping[str, Sequence[Mapping[str, str]]] = field(default_factory=dict)
 
 
 def plan(options: UpOptions, environ: Mapping[str, str]
@@ -399,14 +407,51 @@ def plan(options: UpOptions, environ: Mapping[str, str]
     skipped = [n for n in order if not is_ours(compose.services[n].image)]
     order = [n for n in order if n not in skipped]
     ports = host_ports(compose, order)
+    if not options.publish:
+        ports = {key: free_port() for key in ports}
     taken = [f"{svc}:{port} -> {LOCAL_HOST}:{host}" for (svc, port), host in ports.items()
              if not port_is_free(host)]
     if taken:
         raise ConfigError("ports in use: " + "; ".join(taken) + " (stop what listens there, "
                           "or choose other ports with the STACK_*_PORT variables)")
     local = localize(compose, order, ports, options.state_dir / "volumes")
+    local = {name: local[name] for name in order}
+    for name, copies in options.replicas.items():
+        local = replicate(local, name, [
+            localize(load_compose(options.compose_file, {**variables, **extra}), [name], ports,
+                     options.state_dir / "volumes")[name]
+            for extra in copies
+        ])
     base_env = {**environ, **env_file, **{k: variables[k] for k in GENERATED_SECRETS}}
-    return compose, {name: local[name] for name in order}, skipped, base_env
+    return compose, local, skipped, base_env
+
+
+def replicate(services: Mapping[str, LocalService], name: str,
+              copies: Sequence[LocalService]) -> dict[str, LocalService]:
+    """``services`` with ``name`` replaced, in place, by ``copies`` named ``NAME-1``, ``NAME-2``
+    ...; a service that depends on ``name`` depends on every copy. Raises :class:`ConfigError`
+    when ``name`` is not started or listens on ports (its copies would share them)."""
+    if name not in services:
+        raise ConfigError(f"cannot run copies of {name!r}: it is not among the services "
+                          f"started ({', '.join(services)})")
+    if services[name].ports:
+        raise ConfigError(f"cannot run copies of {name!r}: it listens on ports")
+    if not copies:
+        raise ConfigError(f"{name!r}: at least one copy is needed")
+    named = {f"{name}-{i}": replace(copy, name=f"{name}-{i}")
+             for i, copy in enumerate(copies, 1)}
+    result: dict[str, LocalService] = {}
+    for key, service in services.items():
+        if key == name:
+            result.update(named)
+            continue
+        needs = dict(service.depends_on)
+        if name in needs:
+            condition = needs.pop(name)
+            needs.update(dict.fromkeys(named, condition))
+            service = replace(service, depends_on=needs)
+        result[key] = service
+    return result
 
 
 def client_settings(services: Mapping[str, LocalService]) -> dict[str, str]:
@@ -419,41 +464,68 @@ def client_settings(services: Mapping[str, LocalService]) -> dict[str, str]:
     return found
 
 
-def up(options: UpOptions, environ: Mapping[str, str] | None = None,
-       announce: Callable[[str], None] = print) -> int:
-    """Run ``tangram up`` in the foreground until Ctrl-C, SIGTERM or ``tangram down``."""
+@contextlib.contextmanager
+def local_stack(options: UpOptions, environ: Mapping[str, str] | None = None,
+                announce: Callable[[str], None] = print,
+                stop: threading.Event | None = None) -> Iterator[LocalStack]:
+    """Start the services of ``options`` as local processes (state dir, ``client.env``,
+    ``stack.json``) and yield the stack once every one has started (or ``stop`` is set);
+    on leaving, stop them all, announce their final status and remove ``stack.json``.
+    Raises :class:`ServiceError` when a service fails to start (after stopping the others)."""
     environ = dict(os.environ if environ is None else environ)
     state_dir = options.state_dir
     if running_supervisor(state_dir):
         raise ServiceError(f"a tangram up already runs on {state_dir}; `tangram down "
                            f"--state-dir {state_dir}` stops it")
     state_dir.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
     _, services, skipped, base_env = plan(options, environ)
     for name in skipped:
         announce(f"{name}: skipped (not tangram's image: it runs only under docker compose)")
     (state_dir / "volumes").mkdir(exist_ok=True)
-    client = client_settings(services)
-    write_private(state_dir / "client.env", client)
+    write_private(state_dir / "client.env", client_settings(services))
     stack = LocalStack(services, list(services), state_dir, base_env, announce)
+    try:
+        stack.start(stop or threading.Event())
+        yield stack
+    finally:
+        stack.stop()
+        announce(render_status(stack.status_rows()))
+        (state_dir / STATE_FILE).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def watching(stack: LocalStack, stop: threading.Event) -> Iterator[None]:
+    """Run :meth:`LocalStack.watch` in a thread (exits reported, restart policies applied)
+    while the block runs; then set ``stop`` and wait for the thread."""
+    thread = threading.Thread(target=stack.watch, args=(stop,), name="tangram-stack-watch",
+                              daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def up(options: UpOptions, environ: Mapping[str, str] | None = None,
+       announce: Callable[[str], None] = print) -> int:
+    """Run ``tangram up`` in the foreground until Ctrl-C, SIGTERM or ``tangram down``."""
+    started = time.monotonic()
     stop = threading.Event()
     previous = {signum: signal.signal(signum, lambda *_: stop.set())
                 for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        stack.start(stop)
-        if not stop.is_set():
-            announce(render_status(stack.status_rows()))
-            announce(f"stack up in {time.monotonic() - started:.1f} s; clients: "
-                     f"`set -a; . {state_dir / 'client.env'}; set +a`; stop: Ctrl-C or "
-                     f"`tangram down --state-dir {state_dir}`")
-            stack.watch(stop)
+        with local_stack(options, environ, announce, stop) as stack:
+            if not stop.is_set():
+                announce(render_status(stack.status_rows()))
+                announce(f"stack up in {time.monotonic() - started:.1f} s; clients: "
+                         f"`set -a; . {stack.state_dir / 'client.env'}; set +a`; stop: "
+                         f"Ctrl-C or `tangram down --state-dir {stack.state_dir}`")
+                stack.watch(stop)
         return 0
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        stack.stop()
-        announce(render_status(stack.status_rows()))
-        (state_dir / STATE_FILE).unlink(missing_ok=True)
 
 
 def down(state_dir: Path, timeout: float = DOWN_TIMEOUT_S,

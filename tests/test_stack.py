@@ -33,6 +33,7 @@ from tangram_celery.client import TangramClient
 from tangram_celery.compose import (
     DEFAULT_COMPOSE_FILE,
     Healthcheck,
+    LocalService,
     host_ports,
     interpolate,
     load_compose,
@@ -46,7 +47,7 @@ from tangram_celery.errors import ConfigError
 from tangram_celery.registry import Registry
 from tangram_celery.services import free_port, wait_for_nodes
 from tangram_celery.settings import Settings
-from tangram_celery.stack import is_ours, stack_variables
+from tangram_celery.stack import is_ours, replicate, stack_variables
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_DIR = ROOT / "compose"
@@ -226,10 +227,36 @@ def test_stack_variables_generate_and_keep_missing_passwords(tmp_path: Path) -> 
     assert given["STACK_REDIS_PASSWORD"] == "mine" and given["TANGRAM_FLOWER_PASSWORD"] == "f"
 
 
+def _local(name: str, depends_on: dict[str, str] | None = None,
+           ports: dict[int, int] | None = None) -> LocalService:
+    return LocalService(name=name, argv=("run", name), environment={}, healthcheck=None,
+                        depends_on=depends_on or {}, ports=ports or {}, restart="no",
+                        stop_grace_s=1.0)
+
+
+def test_replicate_names_copies_in_place_and_expands_dependencies() -> None:
+    services = {"a": _local("a"), "b": _local("b", {"a": "service_healthy"}),
+                "c": _local("c", {"b": "service_started"})}
+    result = replicate(services, "b", [_local("x", {"a": "service_healthy"}),
+                                       _local("y", {"a": "service_healthy"})])
+    assert list(result) == ["a", "b-1", "b-2", "c"]
+    assert result["b-1"].name == "b-1" and result["b-2"].argv == ("run", "y")
+    assert result["b-2"].depends_on == {"a": "service_healthy"}
+    assert result["c"].depends_on == {"b-1": "service_started", "b-2": "service_started"}
+
+
+def test_replicate_refuses_a_service_with_ports_or_not_started() -> None:
+    with pytest.raises(ConfigError, match="listens on ports"):
+        replicate({"a": _local("a", ports={80: 8080})}, "a", [_local("a")])
+    with pytest.raises(ConfigError, match="not among the services"):
+        replicate({"a": _local("a")}, "z", [_local("z")])
+
+
+
 # ------------------------------------------------------------------ tangram up, real processes
 
 
-def _leftovers(marker: str, sandbox_root: Path) -> list[str]:
+def leftovers(marker: str, sandbox_root: Path) -> list[str]:
     """Processes started by the stack: the marker in their environment, or the sandbox root
     in their command line (sandboxes start from a clean environment)."""
     found = []
@@ -250,10 +277,11 @@ def _leftovers(marker: str, sandbox_root: Path) -> list[str]:
     return found
 
 
-def _wait_leftovers_gone(marker: str, sandbox_root: Path, timeout: float = 15.0) -> list[str]:
+def wait_leftovers_gone(marker: str, sandbox_root: Path, timeout: float = 15.0) -> list[str]:
+    """:func:`leftovers`, once none is left or after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
-        left = _leftovers(marker, sandbox_root)
+        left = leftovers(marker, sandbox_root)
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.2)
@@ -364,7 +392,7 @@ def test_tangram_up_serves_a_mixed_batch_and_down_stops_everything(
     assert down.returncode == 0, down.stdout + down.stderr
     assert up_stack.process.wait(30) == 0
     assert not (up_stack.state_dir / "stack.json").exists()
-    assert _wait_leftovers_gone(up_stack.marker, up_stack.sandbox_root) == []
+    assert wait_leftovers_gone(up_stack.marker, up_stack.sandbox_root) == []
     assert (up_stack.state_dir / "volumes" / "redis-data" / "appendonlydir").is_dir()
     print(f"tangram up ready in {up_seconds:.1f} s; mixed batch of 8 in {batch_seconds:.1f} s")
 
@@ -388,7 +416,7 @@ def test_tangram_up_stops_on_ctrl_c_and_restarts_a_crashed_service(tmp_path: Pat
         assert "flower: exited with -9" in stack.text()
         stack.process.send_signal(signal.SIGINT)
         assert stack.process.wait(60) == 0
-        assert _wait_leftovers_gone(stack.marker, stack.sandbox_root) == []
+        assert wait_leftovers_gone(stack.marker, stack.sandbox_root) == []
         assert re.search(r"│ flower\s+│ stopped, 1 restarts", stack.text()), stack.text()
     finally:
         stack.kill()
@@ -456,5 +484,5 @@ def test_a_service_that_fails_at_start_stops_the_stack(tmp_path: Path) -> None:
     assert done.returncode == 2, done.stdout + done.stderr
     assert "broken exited with" in done.stderr
     assert "redis: healthy" in done.stdout and "redis: stopping" in done.stdout
-    assert _wait_leftovers_gone(marker, tmp_path / "no-sandboxes") == []
+    assert wait_leftovers_gone(marker, tmp_path / "no-sandboxes") == []
     assert not (tmp_path / "state" / "stack.json").exists()

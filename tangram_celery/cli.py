@@ -67,11 +67,20 @@ def build_parser() -> argparse.ArgumentParser:
                         help="benchmarks: `tangram bench <workload> --mode sim|real ...` "
                              "(see `tangram bench --help`)")
 
-    demo = commands.add_parser("demo", help="run a small agentic-coding batch and print ACT")
-    demo.add_argument("--trajectories", type=int, default=4)
-    demo.add_argument("--code-actions", type=int, default=3)
-    demo.add_argument("--nodes", type=int, default=2)
-    demo.add_argument("--cores", type=int, default=2, help="cores per node")
+    demo = commands.add_parser(
+        "demo", help="bring up the local stack (as `tangram up`), run a small agentic-coding "
+                     "batch with rewards, print its ACT table, stop the stack")
+    demo.add_argument("--trajectories", type=int, default=4,
+                      help="trajectories run concurrently (default 4)")
+    demo.add_argument("--code-actions", type=int, default=3,
+                      help="code actions per trajectory before its test run and its reward "
+                           "(default 3)")
+    demo.add_argument("--nodes", type=int, default=2,
+                      help="CPU nodes: copies of the compose file's cpu-node service, named "
+                           "demo-node-0, demo-node-1, ... (default 2)")
+    demo.add_argument("--cores", type=int, default=2, help="cores per CPU node (default 2)")
+    demo.add_argument("--timeout", type=float, default=600.0,
+                      help="seconds the batch may take once the stack is up (default 600)")
     return parser
 
 
@@ -138,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tangram_celery.demo import main as demo_main
 
         config = DemoConfig(trajectories=args.trajectories, code_actions=args.code_actions,
-                            nodes=args.nodes, cores_per_node=args.cores)
+                            nodes=args.nodes, cores_per_node=args.cores, timeout_s=args.timeout)
         return demo_main(settings, config)
     except TangramError as exc:
         print(f"tangram: error: {exc}", file=sys.stderr)

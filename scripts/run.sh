@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One entry point that does all the set-up on a fresh Debian machine with Python 3.11, then runs
 # what is asked:
-#   bash scripts/run.sh demo   -> tangram demo (an embedded Redis and local workers)
+#   bash scripts/run.sh demo   -> tangram demo (the local stack of compose/docker-compose.yml as processes)
 #   bash scripts/run.sh test   -> ruff, mypy and the whole test suite, slow end-to-end tests included
 # Set-up (idempotent): Debian packages, a venv in .venv, the package with its test extras.
 set -euo pipefail

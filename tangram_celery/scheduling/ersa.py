@@ -164,9 +164,8 @@ def build_queue(
         if not options:
             unplaceable.append(job.job_id)
             continue
-        band = bands.get(job.job_id)
-        if band is not None and job.elastic:
-            options = _within(options, band)
+        if bands and job.elastic and job.job_id in bands:
+            options = _within(options, bands[job.job_id])
         known = job.known if options is job.options else None not in [d for _, d in options]
         entries.append(Entry(job, options, job.elastic and known and len(options) > 1))
     return Queue(tuple(entries), _fitting(entries, operators), tuple(unplaceable))
@@ -210,8 +209,10 @@ def _settle_pool(
     if elastic:
         rest = [e for e in queue.entries[queue.candidates :] if e.job.key == name]
         group = Group(snapshot, config, operator, fixed, elastic, rest)
-        prime_option_arrays([e.job for e in elastic if _offset(e) is not None])
-        rows = [_arrays(e) for e in elastic]
+        offsets = [0 if e.options is e.job.options else _offset(e) for e in elastic]
+        runs = zip(elastic, offsets, strict=True)
+        prime_option_arrays([entry.job for entry, at in runs if at is not None])
+        rows = [_arrays(e, at) for e, at in zip(elastic, offsets, strict=True)]
         solver = operator.solver(_after(operator, fixed), rows)
         admitted, allocation, objectives = _evict(group, solver)
         chosen += zip(elastic, allocation.options(admitted), strict=False)
@@ -238,9 +239,9 @@ def _offset(entry: Entry) -> int | None:
     return start
 
 
-def _arrays(entry: Entry) -> OptionArrays:
-    """The entry's options as arrays: views into the job's cached arrays when a run of them."""
-    start = _offset(entry)
+def _arrays(entry: Entry, start: int | None) -> OptionArrays:
+    """The entry's options as arrays: views into the job's cached arrays when they are a run
+    of them starting at `start` (None: not a run)."""
     if start is None:
         return option_arrays(entry.options)
     units, durations = entry.job.option_arrays

@@ -1,13 +1,15 @@
 """The AI-coding workload on the real stack: tangram vs fixed DoP vs plain FIFO, side by side.
 
     python -m tangram_celery.bench.elastic [--batch 8] [--cores 8] [--seed 1]
-    (the same as: tangram bench coding --mode real --systems tangram,fixed-dop-4,celery ...)
+    (the same as: tangram bench coding --mode real
+     --systems tangram,tangram:ersa,fixed-dop-4,celery)
 
 One CPU node worker (real Celery, Redis, bubblewrap sandboxes, audited core allocations) runs
 the same seeded AI-coding batch (the simulator's generator at a smaller scale, see
 :data:`REAL_PARAMS`) once per system:
 
-* ``tangram``: ``TANGRAM_SCHEDULER=elastic``, test runs elastic over 1..cores;
+* ``tangram``: the default ``TANGRAM_SCHEDULER`` (robust), test runs elastic over 1..cores;
+* ``tangram:ersa``: the paper's allocator (``TANGRAM_SCHEDULER=elastic``), the same actions;
 * ``fixed-dop-<k>``: the same scheduler, every test run declaring exactly ``min(k, cores)``
   cores (a single-option job is admitted FCFS at that count: the fixed-DoP baseline, no
   node-side policy needed);
@@ -62,13 +64,23 @@ def real_workload(batch: int, seed: int, cores: int) -> Workload:
     return coding(batch, seed, replace(REAL_PARAMS, max_units=cores))
 
 
+WORKER_SCHEDULERS = {"robust": "robust", "ersa": "elastic"}
+"""The node worker's ``TANGRAM_SCHEDULER`` for each simulator policy the real stack can run."""
+
+
 def scheduler_for(system: str) -> str:
-    """The node scheduler (``TANGRAM_SCHEDULER``) a real-stack system runs with."""
+    """The node scheduler (``TANGRAM_SCHEDULER``) a real-stack system runs with: ``tangram`` the
+    default one, ``tangram:ersa`` the paper's allocator (as fixed DoP does), ``celery`` FIFO."""
     if system == "celery":
         return "fcfs-min"
-    if system == "tangram" or re.fullmatch(r"fixed-dop-\d+", system):
+    if system == "tangram":
+        return Settings.from_env({}).scheduler
+    if system.startswith("tangram:") and system.split(":", 1)[1] in WORKER_SCHEDULERS:
+        return WORKER_SCHEDULERS[system.split(":", 1)[1]]
+    if re.fullmatch(r"fixed-dop-\d+", system):
         return "elastic"
-    raise ValueError(f"the real stack runs tangram, fixed-dop-<k> or celery, not {system!r}")
+    raise ValueError(f"the real stack runs tangram, tangram:{{{','.join(WORKER_SCHEDULERS)}}}, "
+                     f"fixed-dop-<k> or celery, not {system!r}")
 
 
 def action_for(spec: ActionSpec, trajectory_id: str, system: str, cores: int) -> Action:

@@ -45,7 +45,7 @@ from tangram_celery.bench.summary import Summary, summarize
 from tangram_celery.bench.tables import gpu_parity
 from tangram_celery.bench.workloads import GENERATORS, Workload, read_trace
 
-REAL_SYSTEMS = ("tangram", "fixed-dop-4", "celery")
+REAL_SYSTEMS = ("tangram", "tangram:ersa", "fixed-dop-4", "celery")
 FIELDS = ("trajectory", "index", "kind", "node", "units", "submitted", "started", "finished",
           "queue", "exec", "overhead", "total")
 Runner = Callable[[Workload, str, Point, str, Callable[[int], None]], RunResult]

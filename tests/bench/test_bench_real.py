@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from tangram_celery.bench.elastic import real_workload, run_real
+from tangram_celery.bench.elastic import real_workload, run_real, scheduler_for
 from tangram_celery.bench.sim.invariants import incomplete, parts_mismatch
 from tangram_celery.settings import Settings
 
@@ -19,7 +19,7 @@ def test_real_stack_runs_each_system(settings: Settings) -> None:
     try:
         runs = {name: run_real(workload, name, CORES, {"batch": 3, "cores": CORES},
                                settings=settings)
-                for name in ("tangram", "fixed-dop-2", "celery")}
+                for name in ("tangram", "tangram:ersa", "fixed-dop-2", "celery")}
     finally:
         shutil.rmtree(settings.sandbox_root, ignore_errors=True)
     for result in runs.values():
@@ -32,4 +32,13 @@ def test_real_stack_runs_each_system(settings: Settings) -> None:
     assert tests["fixed-dop-2"] == {2}
     assert tests["celery"] == {1}
     assert tests["tangram"] <= set(range(1, CORES + 1))
+    assert tests["tangram:ersa"] <= set(range(1, CORES + 1))
     assert {r.units for r in runs["celery"].records} == {1}
+
+
+def test_real_systems_map_to_worker_schedulers() -> None:
+    assert scheduler_for("tangram") == Settings.from_env({}).scheduler == "robust"
+    assert scheduler_for("tangram:ersa") == scheduler_for("fixed-dop-4") == "elastic"
+    assert scheduler_for("celery") == "fcfs-min"
+    with pytest.raises(ValueError, match=r"tangram:\{robust,ersa\}"):
+        scheduler_for("tangram:nope")

@@ -34,7 +34,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from tangram_celery.bench import plots
 from tangram_celery.bench.plan import SWEEPS, Point, headline, points, workload_at
-from tangram_celery.bench.report import Section, index, section
+from tangram_celery.bench.report import Section, index, section, write_readme
 from tangram_celery.bench.sim.cluster import Cluster
 from tangram_celery.bench.sim.costs import PRESETS
 from tangram_celery.bench.sim.invariants import violations
@@ -232,6 +232,9 @@ def _write(args: argparse.Namespace, command: str, plan: Plan, results: list[Run
     (folder / f"{name}.md").write_text(text + "\n")
     sections = {path.stem: path.read_text() for path in sorted(folder.glob("*.md"))}
     (args.out / "results.md").write_text(index(sections))
+    readme = args.out.parent / "README.md"
+    if readme.is_file() and write_readme(readme, folder):
+        print(f"updated the results block of {readme}", file=sys.stderr)
     print(text)
 
 

@@ -44,9 +44,10 @@ from tangram_celery.ledger import Ledger
 from tangram_celery.managers.basic import parse_api_limits
 from tangram_celery.node import action_limits
 from tangram_celery.progress import result_progress
-from tangram_celery.recovery import audit, broker_action_ids
+from tangram_celery.recovery import audit, broker_action_ids, stranded, take_action
 from tangram_celery.registry import Registry
 from tangram_celery.router import DEFAULT_GPU_POOL, queue_for, trajectory_memory_mb
+from tangram_celery.serving import rejected_result
 from tangram_celery.settings import Settings
 from tangram_celery.waiter import ResultWaiter, decode_meta
 
@@ -326,6 +327,38 @@ class TangramClient:
                 self._sent.pop(action_id, None)
         for action_id in outcome.lost:
             self._republish(by_id[action_id])
+        waiting = [h for h in overdue if h.id in present and h.id not in finished]
+        try:
+            self._answer_stranded(waiting)
+        except redis.RedisError as exc:
+            log.info("stranded-action check skipped: Redis did not answer (%s)", exc)
+
+    def _answer_stranded(self, waiting: list[ActionHandle]) -> None:
+        """Answer ``node_lost`` for waiting actions queued on a CPU node that stopped
+        heart-beating ``stranded_after_s`` ago (see :mod:`.recovery`)."""
+        after = self.settings.stranded_after_s
+        queues = {h.id: h.queue for h in waiting if keys.cpu_node_of_queue(h.queue)}
+        if after <= 0 or not queues:
+            return
+        views = Registry(self._redis, after, self.settings.trajectory_ttl_s).nodes()
+        dead = {view.name for view in views if not view.alive}
+        options = celery_config(self.settings)["broker_transport_options"]
+        by_id = {h.id: h for h in waiting}
+        for action_id in stranded(queues, dead):
+            handle = by_id[action_id]
+            taken = take_action(self._redis, action_id, handle.queue, str(options["sep"]),
+                                list(options["priority_steps"]))
+            if taken is not None:
+                self._fail_node_lost(handle, keys.cpu_node_of_queue(handle.queue) or "", after)
+
+    def _fail_node_lost(self, handle: ActionHandle, node: str, after: float) -> None:
+        reason = (f"node_lost: CPU node {node} has sent no heartbeat for over {after:g} s while "
+                  f"this action was queued for it; the trajectory's environment was on that "
+                  "node and is gone. Restart the trajectory: its next action goes to a live node")
+        log.warning("action %s: %s", handle.id, reason)
+        self._ledger.store(handle.id, rejected_result(handle.action.to_json(), reason, node,
+                                                      time.time(), status="node_lost"))
+        self._registry.unpin(handle.action.trajectory_id)
 
     def _finished(self, action_ids: list[str]) -> set[str]:
         celery_keys = [self._result_key(i) for i in action_ids]

@@ -22,6 +22,12 @@ def cpu_queue(node: str) -> str:
     return f"{PREFIX}.cpu.{node}"
 
 
+def cpu_node_of_queue(queue: str) -> str | None:
+    """The CPU node whose queue is ``queue`` (None for any other queue)."""
+    prefix = cpu_queue("")
+    return queue[len(prefix):] if queue.startswith(prefix) and len(queue) > len(prefix) else None
+
+
 def gpu_queue(pool: str) -> str:
     """The FCFS queue of one GPU reward pool."""
     return f"{PREFIX}.gpu.{pool}"

@@ -16,6 +16,13 @@ seconds apart, and an id's result is stored once (:mod:`tangram_celery.ledger`),
 did survive somewhere returns the stored result instead of running again.
 
 :func:`audit` is the pure decision; :func:`broker_action_ids` is the one read of Redis.
+
+A CPU node that stops heart-beating for good strands the actions queued for it, and its
+trajectories' environments are gone with it. After ``TANGRAM_STRANDED_AFTER_S`` the client
+takes such an action's message out of the broker (:func:`take_action`, atomic, so a node coming
+back cannot also run it) and stores a ``node_lost`` result for it, so the training loop gets an
+answer instead of waiting forever; the trajectory is unpinned, and its next action starts afresh
+on a live node.
 """
 
 from __future__ import annotations
@@ -26,7 +33,10 @@ from dataclasses import dataclass
 
 import redis
 
+from tangram_celery import keys
 from tangram_celery.inventory import UNACKED_KEY, priority_lists
+
+UNACKED_INDEX_KEY = "unacked_index"
 
 SCAN_CHUNK = 200
 """List elements copied into the Lua script per ``LRANGE`` while scanning a queue."""
@@ -34,7 +44,7 @@ SCAN_CHUNK = 200
 TAIL_CHARS = 4096
 """A message's task id (``correlation_id``) sits in its properties, near the end of the JSON."""
 
-BROKER_IDS_SCRIPT = """
+_ID_OF_LUA = """
 local needle = '"correlation_id": "'
 local function id_of(v)
   local from = #v - tonumber(ARGV[3])
@@ -46,6 +56,9 @@ local function id_of(v)
   if not stop then return nil end
   return string.sub(v, e + 1, stop - 1)
 end
+"""
+
+BROKER_IDS_SCRIPT = _ID_OF_LUA + """
 local out = {}
 local chunk = tonumber(ARGV[2])
 for _, key in ipairs(KEYS) do
@@ -65,6 +78,33 @@ for _, v in ipairs(redis.call('HVALS', ARGV[1])) do
   if id then out[#out + 1] = id end
 end
 return out
+"""
+
+TAKE_SCRIPT = _ID_OF_LUA + """
+local chunk = tonumber(ARGV[2])
+for _, key in ipairs(KEYS) do
+  local start = 0
+  while true do
+    local items = redis.call('LRANGE', key, start, start + chunk - 1)
+    for _, v in ipairs(items) do
+      if id_of(v) == ARGV[4] then
+        redis.call('LREM', key, 1, v)
+        return v
+      end
+    end
+    if #items < chunk then break end
+    start = start + chunk
+  end
+end
+local pairs_ = redis.call('HGETALL', ARGV[1])
+for i = 1, #pairs_, 2 do
+  if id_of(pairs_[i + 1]) == ARGV[4] then
+    redis.call('HDEL', ARGV[1], pairs_[i])
+    redis.call('ZREM', ARGV[5], pairs_[i])
+    return pairs_[i + 1]
+  end
+end
+return false
 """
 
 
@@ -108,6 +148,12 @@ def audit(
     return AuditOutcome(tuple(lost), tuple(done), missing)
 
 
+def stranded(queues: Mapping[str, str], dead_nodes: AbstractSet[str]) -> list[str]:
+    """The actions (id -> queue) queued for a CPU node in ``dead_nodes``."""
+    return [action_id for action_id, queue in queues.items()
+            if keys.cpu_node_of_queue(queue) in dead_nodes]
+
+
 def broker_action_ids(
     client: redis.Redis, queues: Iterable[str], sep: str, steps: Sequence[int],
 ) -> set[str]:
@@ -118,3 +164,14 @@ def broker_action_ids(
     lists = [name for queue in sorted(set(queues)) for _, name in priority_lists(queue, sep, steps)]
     raw = client.eval(BROKER_IDS_SCRIPT, len(lists), *lists, UNACKED_KEY, SCAN_CHUNK, TAIL_CHARS)
     return {item.decode() if isinstance(item, bytes) else str(item) for item in raw or ()}
+
+
+def take_action(
+    client: redis.Redis, action_id: str, queue: str, sep: str, steps: Sequence[int],
+) -> bytes | None:
+    """Atomically remove ``action_id``'s message from ``queue`` (any priority list) or from
+    the ``unacked`` hash; returns the message, or None when no copy was left to take."""
+    lists = [name for _, name in priority_lists(queue, sep, steps)]
+    raw = client.eval(TAKE_SCRIPT, len(lists), *lists, UNACKED_KEY, SCAN_CHUNK, TAIL_CHARS,
+                      action_id, UNACKED_INDEX_KEY)
+    return raw if isinstance(raw, bytes) else None

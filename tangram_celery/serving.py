@@ -40,9 +40,11 @@ class PoolRuntime(Runtime, Protocol):
 
 
 def rejected_result(
-    message: Mapping[str, Any] | Any, reason: str, node: str, received: float
+    message: Mapping[str, Any] | Any, reason: str, node: str, received: float,
+    status: str = "rejected",
 ) -> dict[str, Any]:
-    """The ``rejected`` result of a message that did not run, as the JSON a task returns.
+    """The ``rejected`` (or other ``status``) result of a message that did not run, as the JSON
+    a task returns.
 
     Ids and kind are copied from the message when it has them (bounded in size), so the client
     still gets an answer for whatever it sent.
@@ -52,7 +54,7 @@ def rejected_result(
         action_id=str(data.get("id", ""))[:128],
         trajectory_id=str(data.get("trajectory_id", ""))[:128],
         kind=str(data.get("kind", ""))[:32],
-        status="rejected",
+        status=status,
         node=node,
         timings=Timings(received=received, stored=time.time()),
         error=reason,

@@ -44,6 +44,7 @@ class Settings:
     max_timeout_s: float = 900.0
     visibility_margin_s: float = 600.0
     recovery_audit_s: float = 5.0
+    stranded_after_s: float = 120.0
     max_payload_bytes: int = 262144
     trajectory_memory_mb: int = 512
     node_heartbeat_s: float = 2.0
@@ -158,6 +159,11 @@ class Settings:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{PREFIX}{name.upper()} must be positive")
         self._validate_autoscale()
+        if self.stranded_after_s and self.stranded_after_s < self.node_ttl_s:
+            raise ConfigError(
+                f"{PREFIX}STRANDED_AFTER_S={self.stranded_after_s:g} must be 0 (off) or at least "
+                f"{PREFIX}NODE_TTL_S={self.node_ttl_s:g}"
+            )
         if self.recovery_audit_s < 0:
             raise ConfigError(f"{PREFIX}RECOVERY_AUDIT_S must be >= 0 (0 turns the audit off)")
 

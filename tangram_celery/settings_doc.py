@@ -54,6 +54,9 @@ DESCRIPTIONS: dict[str, str] = {
     "autoscale_down_hold_s": "Seconds after a pool's last change before it may shrink.",
     "autoscale_drain_timeout_s": "Longest wait for a drained node's trajectories to end before "
     "it is stopped anyway (s).",
+    "stranded_after_s": "After this long without a heartbeat from a CPU node, a waiting client "
+    "takes the actions still queued for it out of the broker and answers them `node_lost` "
+    "(the trajectory's environment died with the node) instead of waiting forever (s; 0: off).",
     "recovery_audit_s": "How often a waiting client checks that its unfinished actions are "
     "still queued, held by a worker or done; one missing twice this far apart was lost by the "
     "broker and is published again (s; 0 turns the audit off).",

@@ -112,3 +112,41 @@ def test_worker_consumer_logs_an_ack_over_a_connection_a_restart_broke(
         message._state = "RECEIVED"
         message.ack_log_error(logging.getLogger("test"), errors)
     assert "Couldn't ack" in caplog.text
+
+
+def test_actions_stranded_on_a_dead_node_are_answered_node_lost(
+    settings: Settings, registry: Registry, redis_client: redis.Redis,
+) -> None:
+    """A node that stops heart-beating for good: its queued action and the one its worker held
+    unacked are taken out of the broker and answered ``node_lost``; the pin is dropped."""
+    registry.register_node("doomed", 1, 4096)
+    queue = keys.cpu_queue("doomed")
+    quick = dataclasses.replace(settings, recovery_audit_s=0.4, stranded_after_s=3.0)
+    with TangramClient(quick) as client:
+        handles = client.submit_many(
+            command_action("sd-1", f"echo {i}", id=f"sd{i}") for i in range(2)
+        )
+        held = json.loads(redis_client.rpop(queue) or b"{}")
+        redis_client.hset("unacked", "tag-sd", json.dumps([held, "", queue]))
+        redis_client.zadd("unacked_index", {"tag-sd": 1.0})
+        registry.deregister_node("doomed")
+        results = [h.result(timeout=30) for h in handles]
+    assert [r.status for r in results] == ["node_lost", "node_lost"]
+    assert all("doomed" in (r.error or "") for r in results)
+    assert redis_client.llen(queue) == 0 and redis_client.hlen("unacked") == 0
+    assert redis_client.zcard("unacked_index") == 0
+    assert registry.pinned_node("sd-1") is None
+
+
+def test_a_live_node_keeps_its_queued_actions(
+    settings: Settings, registry: Registry, redis_client: redis.Redis,
+) -> None:
+    registry.register_node("slow", 1, 4096)
+    quick = dataclasses.replace(settings, recovery_audit_s=0.4, stranded_after_s=3.0)
+    with TangramClient(quick) as client:
+        handle = client.submit(command_action("sl-1", "echo", id="sl0"))
+        for _ in range(10):
+            registry.heartbeat("slow", 1)
+            with pytest.raises(ActionTimeout):
+                handle.result(timeout=0.5)
+    assert redis_client.llen(keys.cpu_queue("slow")) == 1

@@ -70,3 +70,9 @@ def test_import_connects_to_nothing() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, env={"PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
+
+
+def test_stranded_after_must_cover_the_node_ttl() -> None:
+    with pytest.raises(ConfigError, match="TANGRAM_STRANDED_AFTER_S=5 must be 0"):
+        Settings.from_env({"TANGRAM_STRANDED_AFTER_S": "5"})
+    assert Settings.from_env({"TANGRAM_STRANDED_AFTER_S": "0"}).stranded_after_s == 0

@@ -131,12 +131,13 @@ def plan(
                 free)
     chosen: list[Waiting] = []
     shadow: Shadow | None = None
-    for job in queue:
+    for index, job in enumerate(queue):
         if shadow is None:
             own = _reserve_for(job, reserve, total)
             room = held.room(own, total)
+            blocked = sum(not later.short for later in queue[index + 1:])
             pick = job if len(job.options) == 1 else _best_start(job, busy, chosen, room, total,
-                                                                 own, now)
+                                                                 own, now, blocked)
             if pick.units <= room:
                 held.take(pick)
                 chosen.append(pick)
@@ -158,23 +159,26 @@ def _result(chosen: Sequence[Waiting], head: Waiting | None, held: Held, reserve
 
 
 def _best_start(job: Waiting, busy: Sequence[Busy], chosen: Sequence[Waiting], room: int,
-                total: int, reserve: int, now: float) -> Waiting:
-    """The unit count with the earliest expected finish, starting when the room for it is
-    expected to be free: start now on fewer units, or wait for more (the horizon view)."""
+                total: int, reserve: int, now: float, blocked: int = 0) -> Waiting:
+    """Start now or wait for more units (the horizon view): the unit count with the earliest
+    expected finish, starting when the room for it is expected to be free, where a wait costs
+    once more for each of the `blocked` non-short jobs queued behind (they wait too). Starting
+    now, the job is held only to its minimum: the paper's allocator spreads the room."""
     fitting = [option for option in job.options if option[0] <= room]
     best = min(fitting, key=lambda o: (o[1], o[0])) if fitting else None
     if best is not None and best[0] == job.options[-1][0]:
-        return job.at(best[0])
+        return job.at(job.units)
     timeline = _timeline(busy, chosen, now)
     finish = math.inf if best is None else now + best[1]
     for units, duration in job.options:
         if units <= room:
             continue
         start = _fits_at(timeline, units, total, reserve, now)
-        if start + duration < finish:
-            best, finish = (units, duration), start + duration
+        cost = start + duration + (start - now) * blocked
+        if cost < finish:
+            best, finish = (units, duration), cost
     assert best is not None, "an empty pool holds every job's counts"
-    return job.at(best[0])
+    return job.at(job.units if best[0] <= room else best[0])
 
 
 Timeline = list[tuple[float, int, int]]

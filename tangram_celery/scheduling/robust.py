@@ -13,9 +13,13 @@ given, from a `Demand` forecast per pool (see `demand`):
   overload: the cap with the least load.
 * **A reserve for short jobs** (`reserve_units`): ``ceil(a + z * sqrt(a))`` units, a the
   predicted units busy with short jobs (square-root staffing), at most `max_reserve` of the
-  pool, that long and elastic jobs leave free or held by short jobs.
-* **Horizon start** (`backfill`): an elastic head that cannot get its cap now starts on fewer
-  units only if that is expected to finish before waiting for more would.
+  pool and never more than the forecast leaves idle with every elastic job at one unit (on a
+  small node one rounded-up unit is a large share, and elastic work that alone fills the pool
+  only queues longer), that long and elastic jobs leave free or held by short jobs.
+* **Horizon start** (`backfill`): an elastic head that cannot get its cap now waits for more
+  units only if that is expected to finish sooner, counting the wait once more for every
+  non-short job it blocks; a head that starts now needs only its minimum (the paper's
+  allocator then spreads the room up to the cap).
 * **EASY backfilling with a starvation bound** (`backfill.plan`): short jobs may start ahead of
   a blocked head when that cannot delay its expected start; a head waiting `max_bypass_s` is
   overtaken by nothing.
@@ -100,7 +104,13 @@ def reserve_units(demand: Demand, total: int, config: RobustConfig) -> int:
     if not config.reserve or load <= 0:
         return 0
     wanted = math.ceil(load + config.reserve_z * math.sqrt(load))
-    return min(wanted, math.floor(config.max_reserve * total))
+    return max(min(wanted, math.floor(config.max_reserve * total), _slack(demand, total)), 0)
+
+
+def _slack(demand: Demand, total: int) -> int:
+    """Units the forecast leaves idle with every elastic job at one unit (the least work)."""
+    least = demand.elastic_rate * demand.elastic_time[0] if demand.elastic_time else 0.0
+    return math.floor(total - demand.short_load - demand.long_load - least)
 
 
 CAPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)

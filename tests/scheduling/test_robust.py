@@ -188,6 +188,46 @@ def test_an_elastic_head_waits_for_more_cores_when_that_finishes_sooner() -> Non
     assert units(decide_robust(later, Outlook(), ONLY_HORIZON)) == {"a": 2}
 
 
+
+# --- small nodes: where the old decisions were too conservative ------------------------------
+
+def test_an_elastic_head_does_not_wait_while_other_elastic_jobs_queue_behind_it() -> None:
+    """8 cores, 2 free now and 6 more at t = 0.3. Alone, the head finishes sooner waiting for
+    4 (0.3 + 1.22 s) than on 2 now (1.74 s), as the old horizon chose; but its wait also
+    blocks the two elastic jobs behind it (0.3 s each), so it starts now and the DP spreads
+    the two free cores."""
+    options = ((1, 2.8), (2, 1.74), (4, 1.22))
+    jobs = tuple(Job(name, CPU, options, submitted_at=0.0) for name in "abc")
+    running = (RunningJob("r", CPU, 6, 0.3),)
+    alone = Snapshot(0.0, jobs[:1], (busy_pool((6, 7), 8),), running)
+    assert units(decide_robust(alone, Outlook(), ONLY_HORIZON)) == {}
+    queued = Snapshot(0.0, jobs, (busy_pool((6, 7), 8),), running)
+    assert sum(units(decide_robust(queued, Outlook(), ONLY_HORIZON)).values()) == 2
+
+
+def test_a_head_that_fits_now_leaves_the_spread_to_the_papers_allocator() -> None:
+    """An idle 8-core node, cap 4, three elastic jobs: the old horizon forced the head to its
+    cap (4, then 3 and 1 by queue order); starting now, each needs only its minimum, and the
+    paper's allocator spreads the cores (4 or fewer each, all eight busy)."""
+    options = tuple((k, 2.8 / k ** 0.6) for k in range(1, 9))
+    jobs = tuple(Job(name, CPU, options, submitted_at=0.0) for name in "abc")
+    snapshot = Snapshot(0.0, jobs, (pool(8),))
+    config = RobustConfig(cap=False, reserve=False, backfill=False, max_units=4)
+    got = units(decide_robust(snapshot, Outlook(), config))
+    assert set(got) == {"a", "b", "c"} and max(got.values()) <= 4 and sum(got.values()) == 8
+    assert got != {"a": 4, "b": 3, "c": 1}
+
+
+def test_no_reserve_when_elastic_work_alone_fills_the_pool() -> None:
+    """8 cores, 0.5 units of short load, elastic work of 3/s x 2.8 s at one core each (8.4
+    units): the old ceil(0.5) = 1 reserved core (an eighth of the node) only made the elastic
+    queue longer; the reserve never takes units the forecast needs."""
+    busy = Demand(elastic_rate=3.0, elastic_time=(2.8, 1.74), short_load=0.5)
+    assert reserve_units(busy, 8, RobustConfig()) == 0
+    assert reserve_units(Demand(elastic_rate=1.0, elastic_time=(2.8, 1.74), short_load=0.5),
+                         8, RobustConfig()) == 1
+    assert reserve_units(Demand(short_load=3.0), 8, RobustConfig()) == 3
+
 # --- the starvation bound -----------------------------------------------------------------
 
 def run_until_head_starts(config: RobustConfig, every: float, actual: float,

@@ -10,13 +10,22 @@ For each model of the repository (or those named with ``--model``):
 
 Run: ``python -m tangram_celery.bench.reward`` (starts its own server on free ports; ``--url``
 uses a running one). Clients are one per thread, as ``tritonclient`` requires.
+
+``--perf-analyzer PATH`` also measures both variants with NVIDIA's ``perf_analyzer`` at the same
+concurrency (HTTP). The PyPI ``perf-analyzer`` package is a placeholder; the binary ships in the
+``tritonclient==2.41.0`` manylinux wheel (``tritonclient-2.41.0.data/data/bin/perf_analyzer``)
+and needs Debian's ``libb64-0d`` and ``libcudart.so.12`` (PyPI ``nvidia-cuda-runtime-cu12``) on
+``LD_LIBRARY_PATH``, even on CPU.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
+import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -49,11 +58,42 @@ class ModelResult:
     latency_p90_ms: float
     batched_rps: float
     unbatched_rps: float
+    pa_batched_rps: float | None = None
+    pa_unbatched_rps: float | None = None
 
     @property
     def ratio(self) -> float:
         """Throughput with dynamic batching over without."""
         return self.batched_rps / self.unbatched_rps if self.unbatched_rps else 0.0
+
+    @property
+    def pa_ratio(self) -> float | None:
+        """The same ratio as ``perf_analyzer`` measured it (None when it was not run)."""
+        if not self.pa_batched_rps or not self.pa_unbatched_rps:
+            return None
+        return self.pa_batched_rps / self.pa_unbatched_rps
+
+
+PA_THROUGHPUT = re.compile(r"Concurrency: \d+, throughput: ([0-9.]+) infer/sec")
+
+
+def perf_analyzer_rps(binary: Path, url: str, name: str, sample: dict[str, str],
+                      concurrency: int) -> float:
+    """Throughput ``perf_analyzer`` measures for ``name`` at ``concurrency`` over HTTP."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as data:
+        json.dump({"data": [{key: [value] for key, value in sample.items()}]}, data)
+        data.flush()
+        done = subprocess.run(  # nosec B603 # a binary the user names, argv without a shell
+            [str(binary), "-m", name, "-u", url.removeprefix("http://"), "-i", "http",
+             "--concurrency-range", str(concurrency), "--input-data", data.name,
+             "--measurement-interval", "4000"],
+            capture_output=True, text=True, timeout=300, check=False,
+        )
+    match = PA_THROUGHPUT.search(done.stdout)
+    if match is None:
+        raise RuntimeError(f"perf_analyzer gave no throughput (exit {done.returncode}): "
+                           f"{(done.stdout + done.stderr)[-800:]}")
+    return float(match.group(1))
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -133,9 +173,12 @@ def bench_model(
     requests: int,
     concurrency: int,
     per_thread: int,
+    perf_analyzer: tuple[Path, str] | None = None,
 ) -> ModelResult:
-    """Every figure of one model; loads and unloads its own bench names."""
+    """Every figure of one model; loads and unloads its own bench names. ``perf_analyzer`` is
+    the binary and the server's HTTP URL, to measure each variant with it as well."""
     client = make_client()
+    pa: dict[bool, float] = {}
     try:
         load_p50 = measure_load(client, spec, f"{spec.name}__bench_load", loads)
         rps = {}
@@ -150,6 +193,10 @@ def bench_model(
                 rps[batching] = measure_throughput(
                     make_client, spec, name, concurrency, per_thread
                 )
+                if perf_analyzer is not None:
+                    pa[batching] = perf_analyzer_rps(
+                        perf_analyzer[0], perf_analyzer[1], name,
+                        SAMPLE.get(spec.name, GENERIC_SAMPLE), concurrency)
             finally:
                 client.unload(name)
     finally:
@@ -161,6 +208,8 @@ def bench_model(
         latency_p90_ms=percentile(latencies, 0.9) * 1000,
         batched_rps=rps[True],
         unbatched_rps=rps[False],
+        pa_batched_rps=pa.get(True),
+        pa_unbatched_rps=pa.get(False),
     )
 
 
@@ -176,6 +225,9 @@ def render(results: Sequence[ModelResult], header: str, concurrency: int) -> str
             f"{r.model:<22}{r.load_p50_s:>11.2f}{r.latency_p50_ms:>9.2f}{r.latency_p90_ms:>9.2f}"
             f"{r.batched_rps:>18.0f}{r.unbatched_rps:>20.0f}{r.ratio:>7.1f}x"
         )
+        if r.pa_ratio is not None:
+            lines.append(f"{'  perf_analyzer':<49}{r.pa_batched_rps:>18.0f}"
+                         f"{r.pa_unbatched_rps:>20.0f}{r.pa_ratio:>7.1f}x")
     return "\n".join(lines)
 
 
@@ -199,6 +251,7 @@ def run(args: argparse.Namespace, url: str) -> list[ModelResult]:
                 requests=args.requests // 4 if heavy else args.requests,
                 concurrency=args.concurrency,
                 per_thread=args.per_thread // 4 if heavy else args.per_thread,
+                perf_analyzer=(args.perf_analyzer, url) if args.perf_analyzer else None,
             )
         )
     return results
@@ -217,7 +270,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--loads", type=int, default=5, help="load cycles for light models")
     parser.add_argument("--heavy-loads", type=int, default=2, help="load cycles for MiniLM")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--perf-analyzer", type=Path,
+                        help="also measure with this perf_analyzer binary (HTTP only)")
     args = parser.parse_args(argv)
+    if args.perf_analyzer and args.protocol != "http":
+        parser.error("--perf-analyzer measures over HTTP: drop --protocol grpc")
     header = (
         f"reward benchmark: tritonserver (nvidia-pytriton), python backend, CPU instances, "
         f"{args.protocol}, concurrency {args.concurrency}"
@@ -229,7 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             url = server.http_url if args.protocol == "http" else server.grpc_url
             results = run(args, url)
     if args.json:
-        payload: list[dict[str, Any]] = [asdict(r) | {"ratio": r.ratio} for r in results]
+        payload: list[dict[str, Any]] = [asdict(r) | {"ratio": r.ratio, "pa_ratio": r.pa_ratio}
+                                         for r in results]
         print(json.dumps(payload, indent=2))
     else:
         print(render(results, header, args.concurrency))

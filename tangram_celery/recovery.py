@@ -44,7 +44,7 @@ SCAN_CHUNK = 200
 TAIL_CHARS = 4096
 """A message's task id (``correlation_id``) sits in its properties, near the end of the JSON."""
 
-_ID_OF_LUA = """
+_COMMON_LUA = """
 local needle = '"correlation_id": "'
 local function id_of(v)
   local from = #v - tonumber(ARGV[3])
@@ -56,23 +56,31 @@ local function id_of(v)
   if not stop then return nil end
   return string.sub(v, e + 1, stop - 1)
 end
+local function each_listed(visit)
+  local chunk = tonumber(ARGV[2])
+  for _, key in ipairs(KEYS) do
+    local start = 0
+    while true do
+      local items = redis.call('LRANGE', key, start, start + chunk - 1)
+      for _, v in ipairs(items) do
+        local found = visit(key, v)
+        if found then return found end
+      end
+      if #items < chunk then break end
+      start = start + chunk
+    end
+  end
+  return nil
+end
 """
 
-BROKER_IDS_SCRIPT = _ID_OF_LUA + """
+BROKER_IDS_SCRIPT = _COMMON_LUA + """
 local out = {}
-local chunk = tonumber(ARGV[2])
-for _, key in ipairs(KEYS) do
-  local start = 0
-  while true do
-    local items = redis.call('LRANGE', key, start, start + chunk - 1)
-    for _, v in ipairs(items) do
-      local id = id_of(v)
-      if id then out[#out + 1] = id end
-    end
-    if #items < chunk then break end
-    start = start + chunk
-  end
-end
+each_listed(function(_, v)
+  local id = id_of(v)
+  if id then out[#out + 1] = id end
+  return nil
+end)
 for _, v in ipairs(redis.call('HVALS', ARGV[1])) do
   local id = id_of(v)
   if id then out[#out + 1] = id end
@@ -80,22 +88,15 @@ end
 return out
 """
 
-TAKE_SCRIPT = _ID_OF_LUA + """
-local chunk = tonumber(ARGV[2])
-for _, key in ipairs(KEYS) do
-  local start = 0
-  while true do
-    local items = redis.call('LRANGE', key, start, start + chunk - 1)
-    for _, v in ipairs(items) do
-      if id_of(v) == ARGV[4] then
-        redis.call('LREM', key, 1, v)
-        return v
-      end
-    end
-    if #items < chunk then break end
-    start = start + chunk
+TAKE_SCRIPT = _COMMON_LUA + """
+local taken = each_listed(function(key, v)
+  if id_of(v) == ARGV[4] then
+    redis.call('LREM', key, 1, v)
+    return v
   end
-end
+  return nil
+end)
+if taken then return taken end
 local pairs_ = redis.call('HGETALL', ARGV[1])
 for i = 1, #pairs_, 2 do
   if id_of(pairs_[i + 1]) == ARGV[4] then

@@ -22,10 +22,11 @@ exception is a batch: actions for the *same* service on the *same* chunk share i
 ready and no earlier waiter needs those GPUs, and Triton's dynamic batching merges them. Waiters
 are served first-come first-served among those that overlap, so nobody starves.
 
-The policy is pure: :func:`plan_placement`, :func:`rank_chunks`, :func:`check_chunk`,
-:func:`instance_group` take plain data and return a decision. :class:`GpuManager` keeps the state,
-waits for GPUs and calls an :class:`Actuator` (Triton at the edge, see
-:class:`tangram_celery.reward.executor.RewardExecutor`) to carry the decision out.
+The policy is pure: :func:`plan_placement` (shared from :mod:`tangram_celery.scheduling.residency`),
+:func:`rank_chunks`, :func:`check_chunk`, :func:`instance_group` take plain data and return a
+decision. :class:`GpuManager` keeps the state, waits for GPUs and calls an :class:`Actuator`
+(Triton at the edge, see :class:`tangram_celery.reward.executor.RewardExecutor`) to carry the
+decision out.
 """
 
 from __future__ import annotations
@@ -39,90 +40,37 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from tangram_celery.errors import ServiceError, ValidationError
+from tangram_celery.scheduling.residency import (
+    Chunk,
+    Placement,
+    Resident,
+    memory_used,
+    overlaps,
+    plan_placement,
+    service_name,
+)
 
-Chunk = tuple[int, ...]
+__all__ = [
+    "Actuator",
+    "Chunk",
+    "GpuManager",
+    "Lease",
+    "Placement",
+    "Resident",
+    "check_chunk",
+    "instance_group",
+    "memory_used",
+    "overlaps",
+    "placement_parameters",
+    "plan_placement",
+    "rank_chunks",
+    "service_name",
+]
 
 
 # ---------------------------------------------------------------- pure policy
-
-
-@dataclass(frozen=True)
-class Resident:
-    """One service loaded on one chunk: ``memory_mb`` on each of its GPUs."""
-
-    name: str
-    model: str
-    chunk: Chunk
-    memory_mb: int
-    last_used: int
-
-
-@dataclass(frozen=True)
-class Placement:
-    """The decision for one request: run ``name``; load it first; unload ``evict`` before."""
-
-    name: str
-    load: bool
-    evict: tuple[str, ...]
-    fits: bool = True
-
-
-def service_name(model: str, chunk: Chunk, namespace: str = "") -> str:
-    """The Triton model name of ``model`` placed on ``chunk`` (parallelism = its length),
-    prefixed ``<namespace>__`` when a namespace is given."""
-    prefix = f"{namespace}__" if namespace else ""
-    return f"{prefix}{model}__dop{len(chunk)}__g{chunk[0]}"
-
-
-def overlaps(a: Iterable[int], b: Iterable[int]) -> bool:
-    """Whether two chunks share a GPU."""
-    return not set(a).isdisjoint(b)
-
-
-def memory_used(residents: Iterable[Resident]) -> dict[int, int]:
-    """Memory (MB) held on each GPU by ``residents``."""
-    used: dict[int, int] = {}
-    for resident in residents:
-        for gpu in resident.chunk:
-            used[gpu] = used.get(gpu, 0) + resident.memory_mb
-    return used
-
-
-def plan_placement(
-    residents: Mapping[str, Resident],
-    model: str,
-    chunk: Chunk,
-    memory_mb: int,
-    gpu_memory_mb: int,
-    pinned: frozenset[str] = frozenset(),
-    namespace: str = "",
-) -> Placement:
-    """Where to run ``model`` on ``chunk``, and which residents to unload first.
-
-    Resident there: run it, nothing else. Otherwise evict the least-recently-used residents that
-    overlap the chunk (never a ``pinned`` one) until ``memory_mb`` fits on each of its GPUs.
-    ``fits`` is False when even that cannot make room. ``namespace``: see :func:`service_name`.
-    """
-    name = service_name(model, chunk, namespace)
-    if name in residents:
-        return Placement(name, load=False, evict=())
-    used = memory_used(residents.values())
-    short = {gpu: used.get(gpu, 0) + memory_mb - gpu_memory_mb for gpu in chunk}
-    candidates = sorted(
-        (r for r in residents.values() if overlaps(r.chunk, chunk) and r.name not in pinned),
-        key=lambda r: (r.last_used, r.name),
-    )
-    evict: list[str] = []
-    for resident in candidates:
-        if all(s <= 0 for s in short.values()):
-            break
-        if any(short.get(gpu, 0) > 0 for gpu in resident.chunk):
-            evict.append(resident.name)
-            for gpu in resident.chunk:
-                if gpu in short:
-                    short[gpu] -= resident.memory_mb
-    fits = memory_mb <= gpu_memory_mb and all(s <= 0 for s in short.values())
-    return Placement(name, load=True, evict=tuple(evict), fits=fits)
+# Residents and placement plans live in :mod:`tangram_celery.scheduling.residency`, shared with
+# the service-aware scheduler and the simulator.
 
 
 def rank_chunks(
@@ -373,10 +321,7 @@ class GpuManager:
             group = _Group(name, chunk)
             for gpu in chunk:
                 self._owners[gpu] = group
-            pinned = frozenset(
-                r.name for r in self._residents.values()
-                if any(self._owners.get(g) not in (None, group) for g in r.chunk)
-            )
+            pinned = frozenset(g.name for g in self._owners.values() if g is not group)
             placement = plan_placement(
                 self._residents, model, chunk, memory_mb, self.gpu_memory_mb, pinned,
                 self.namespace,

@@ -18,6 +18,8 @@ from itertools import pairwise
 import numpy as np
 import numpy.typing as npt
 
+from tangram_celery.scheduling.residency import Resident
+
 Option = tuple[int, float | None]
 """An allowed unit count of a job's key resource and the expected duration at it (None: unknown)."""
 
@@ -55,17 +57,43 @@ class CpuPool:
 
 
 @dataclass(frozen=True)
+class Service:
+    """A GPU service a pool can load: for each chunk size it may run at, the memory it needs on
+    each GPU of the chunk (MB) and the seconds a restore (load) onto such a chunk takes."""
+
+    name: str
+    memory_mb: tuple[tuple[int, int], ...] = ()
+    restore_s: tuple[tuple[int, float], ...] = ()
+
+    def memory_at(self, units: int) -> int:
+        """Memory per GPU (MB) on a chunk of `units` GPUs (0: not given)."""
+        return dict(self.memory_mb).get(units, 0)
+
+    def restore_at(self, units: int) -> float | None:
+        """Seconds to restore onto a chunk of `units` GPUs (None: not given)."""
+        return dict(self.restore_s).get(units)
+
+
+@dataclass(frozen=True)
 class GpuPool:
     """GPUs with ids 0..total-1 in nodes of `node_size` GPUs (a power of two, usually 8).
 
     Units are handed out as aligned power-of-two chunks (1, 2, 4, ... node_size) that never cross
     a node; `free` lists the ids available now.
+
+    Residency (used by the service-aware scheduler, `replicas`; the paper's allocator ignores
+    it): `residents` are the services loaded now, on GPU ids of this pool; `services` the
+    memory and restore time of the services jobs may ask for (`Job.service`); `memory_mb` the
+    memory of each GPU for residents (0: residents never need evicting).
     """
 
     name: str
     free: tuple[int, ...]
     total: int
     node_size: int = 8
+    residents: tuple[Resident, ...] = ()
+    services: tuple[Service, ...] = ()
+    memory_mb: int = 0
 
     def __post_init__(self) -> None:
         if not _is_power_of_two(self.node_size):
@@ -76,6 +104,11 @@ class GpuPool:
             raise ValueError(f"pool {self.name!r}: duplicate free GPU ids; list each GPU once")
         if any(not 0 <= gpu < self.total for gpu in self.free):
             raise ValueError(f"pool {self.name!r}: free GPU ids must lie in 0..{self.total - 1}")
+        if any(not 0 <= gpu < self.total for r in self.residents for gpu in r.chunk):
+            raise ValueError(f"pool {self.name!r}: resident GPU ids must lie in "
+                             f"0..{self.total - 1}")
+        if self.memory_mb < 0:
+            raise ValueError(f"pool {self.name!r}: memory_mb must be >= 0")
 
 
 Pool = CpuPool | GpuPool
@@ -87,6 +120,8 @@ class Job:
 
     `key` names the pool of its key resource. `options` lists the allowed unit counts of that
     resource in ascending order with the expected duration at each; the first is the minimum.
+    `service` names the GPU service it runs on (a model; empty: none), for schedulers that
+    know residency.
     A job is treated as elastic only if `elastic` is set, it has more than one option and every
     duration is known; otherwise it is admitted at its minimum. `demands` carries non-key
     demands (for example memory); `decide` ignores them.
@@ -98,6 +133,7 @@ class Job:
     submitted_at: float
     elastic: bool = True
     demands: tuple[tuple[str, float], ...] = ()
+    service: str = ""
     known: bool = field(init=False, repr=False, compare=False)
     """Whether every option's duration is known (derived)."""
 
@@ -133,12 +169,18 @@ class Job:
 
 @dataclass(frozen=True)
 class RunningJob:
-    """A job holding `units` units of pool `key` until `expected_finish` (None: unknown)."""
+    """A job holding `units` units of pool `key` until `expected_finish` (None: unknown).
+
+    `ids`: the concrete unit ids it holds, and `service`: the GPU service it runs, where the
+    caller knows them (schedulers that plan on concrete GPUs need them; others ignore them).
+    """
 
     job_id: str
     key: str
     units: int
     expected_finish: float | None
+    ids: tuple[int, ...] = ()
+    service: str = ""
 
 
 @dataclass(frozen=True)

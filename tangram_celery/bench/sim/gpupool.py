@@ -1,36 +1,64 @@
 """The pooled GPU cluster (tangram, fixed DoP, plain Celery) with evict-on-execution.
 
 All GPUs form one pool of aligned power-of-two chunks (nodes of ``gpus_per_node``), scheduled
-by the system's policy, which also picks the chunk (best fit, as the real GPU pool does). The
-GPU manager's own pure policy then decides the rest: if the service at that parallelism is not
-resident on the chunk, the least-recently-used overlapping residents are unloaded
-(:func:`~tangram_celery.managers.gpu.plan_placement`, memory per GPU from
-:meth:`GpuService.memory_mb`) and the service is restored, which takes :meth:`Cluster.load_s`
-while holding the chunk: that time is the action's overhead. Every (service, parallelism,
-chunk) is its own resident, as in the real manager, so a service run at a new parallelism or on
-a new chunk is restored again.
+by the system's policy, which also picks the chunk. The GPU manager's own pure policy then
+decides the rest: if the service at that parallelism is not resident on the chunk, the
+least-recently-used overlapping residents are unloaded
+(:func:`~tangram_celery.scheduling.residency.plan_placement`, memory per GPU from
+:meth:`GpuService.memory_mb`, residents on GPUs other actions hold are never unloaded, as in
+the real manager) and the service is restored, which takes :meth:`Cluster.load_s` while
+holding the chunk: that time is the action's overhead. Every (service, parallelism, chunk) is
+its own resident, as in the real manager, so a service run at a new parallelism or on a new
+chunk is restored again.
+
+The policy sees the residents, each service's memory and restore time per chunk size, and the
+GPU ids and service of every running action, so a service-aware policy
+(:mod:`tangram_celery.scheduling.replicas`, tangram's default on GPUs) can plan with them; the
+paper's allocator ignores them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from tangram_celery.bench.sim.cluster import Cluster
 from tangram_celery.bench.sim.costs import Costs
-from tangram_celery.bench.sim.policy import PolicyFactory, Shape
+from tangram_celery.bench.sim.policy import PolicyFactory, Shape, policy_factory
 from tangram_celery.bench.sim.pooled import Launch, PooledBackend, UnitPool
 from tangram_celery.bench.workloads.model import ActionSpec, Workload
-from tangram_celery.managers.gpu import Resident, plan_placement
-from tangram_celery.scheduling import GpuPool, Pool, Start
+from tangram_celery.scheduling import GpuPool, Pool, RunningJob, Start
+from tangram_celery.scheduling.replicas import ReplicaPolicy
+from tangram_celery.scheduling.residency import Resident, plan_placement, service_name
+from tangram_celery.scheduling.types import Service
 
 Chunk = tuple[int, ...]
+
+
+def services_of(workload: Workload, cluster: Cluster) -> tuple[Service, ...]:
+    """The scheduler's view of the workload's GPU services: memory and restore per size."""
+    return tuple(
+        Service(s.name, tuple((d, s.memory_mb(d)) for d in s.dops),
+                tuple((d, cluster.load_s(s, d)) for d in s.dops))
+        for s in workload.services
+    )
+
+
+GPU_POLICIES: dict[str, PolicyFactory] = {"replicas": ReplicaPolicy}
+"""Policies only GPU pools run (the service-aware scheduler)."""
+
+
+def gpu_policy_factory(name: str) -> PolicyFactory:
+    """The factory of GPU policy ``name``: a GPU-only one, else any registered policy."""
+    return GPU_POLICIES.get(name) or policy_factory(name)
 
 
 class Residency:
     """Which services are loaded where; says when a start needs a restore."""
 
-    def __init__(self, workload: Workload, cluster: Cluster) -> None:
+    def __init__(self, workload: Workload, cluster: Cluster,
+                 running: Callable[[], Iterable[RunningJob]] = tuple) -> None:
+        self.running = running
         self.services = {service.name: service for service in workload.services}
         self.cluster = cluster
         self.memory_mb = int(cluster.gpu_memory_gb * 1000)
@@ -40,14 +68,21 @@ class Residency:
 
     def place(self, starts: Sequence[tuple[Start, ActionSpec]],
               free: Sequence[int]) -> list[tuple[Chunk, float]]:
-        """Each start on the policy's chunk, with its restore time (0: resident)."""
+        """Each start on the policy's chunk, with its restore time (0: resident). A service
+        that is running (in an action, or a start placed before in this decision) is never
+        unloaded."""
         del free
-        return [(start.units, self._load(spec, start.units)) for start, spec in starts]
+        running = {service_name(r.service, r.ids) for r in self.running() if r.ids}
+        placed = []
+        for start, spec in starts:
+            placed.append((start.units, self._load(spec, start.units, frozenset(running))))
+            running.add(service_name(spec.service, start.units))
+        return placed
 
-    def _load(self, spec: ActionSpec, chunk: Chunk) -> float:
+    def _load(self, spec: ActionSpec, chunk: Chunk, pinned: frozenset[str]) -> float:
         service = self.services[spec.service]
         need = service.memory_mb(len(chunk))
-        plan = plan_placement(self.residents, service.name, chunk, need, self.memory_mb)
+        plan = plan_placement(self.residents, service.name, chunk, need, self.memory_mb, pinned)
         if not plan.fits:
             raise ValueError(f"service {service.name} needs {need} MB per GPU on "
                              f"{len(chunk)} GPUs; more than a GPU holds")
@@ -71,11 +106,15 @@ class GpuPooled(PooledBackend):
                  policy: PolicyFactory, costs: Costs) -> None:
         total, size = cluster.gpus, cluster.gpus_per_node
         self.residency = Residency(workload, cluster)
+        services = services_of(workload, cluster)
+        memory = self.residency.memory_mb
 
         def view(free: tuple[int, ...]) -> Pool:
-            return GpuPool("gpu", free, total, size)
+            return GpuPool("gpu", free, total, size, tuple(self.residency.residents.values()),
+                           services, memory)
 
         pool = UnitPool("gpu", range(total), view, policy(), self.residency)
+        self.residency.running = lambda: pool.running.values()
         super().__init__(workload, shape, costs.dispatch_s, [pool])
 
     def used(self, launch: Launch, finished: float) -> float:

@@ -135,4 +135,5 @@ class Minimum:
 
 def job_for(job_id: str, key: str, spec: ActionSpec, submitted: float, shape: Shape) -> Job:
     """The scheduler's view of an action under ``shape``."""
-    return Job(job_id, key, shape.options(spec), submitted, elastic=shape.elastic(spec))
+    return Job(job_id, key, shape.options(spec), submitted, elastic=shape.elastic(spec),
+               service=spec.service)

@@ -128,7 +128,8 @@ class UnitPool:
             free -= taken
             finish = now + setup + spec.duration(len(units))
             pending = self.pending.pop(start.job_id)
-            self.running[start.job_id] = RunningJob(start.job_id, self.name, len(units), finish)
+            self.running[start.job_id] = RunningJob(start.job_id, self.name, len(units), finish,
+                                                    tuple(units), spec.service)
             launches.append(Launch(start.job_id, pending, tuple(units), now, setup, finish,
                                    setup > 0, spent))
         self.free = sorted(free)

@@ -1,9 +1,11 @@
 """The systems compared, by name, and how each is assembled from backends.
 
 * ``tangram``: pooled, every action shaped elastic, the default policy (``robust``: the
-  paper's allocator steered by predicted demand, :mod:`tangram_celery.scheduling.robust`).
-  ``tangram:<policy>`` runs any registered policy (see :mod:`.policy`), ``tangram:ersa`` the
-  paper's algorithm as :func:`tangram_celery.scheduling.decide` implements it.
+  paper's allocator steered by predicted demand, :mod:`tangram_celery.scheduling.robust`, on
+  CPU nodes; the service-aware scheduler, :mod:`tangram_celery.scheduling.replicas`, on the
+  GPU pool). ``tangram:<policy>`` runs any registered policy (see :mod:`.policy`) on CPU
+  nodes and, unless it is ``ersa``, the service-aware scheduler on GPUs; ``tangram:ersa`` is
+  the paper's algorithm everywhere, as :func:`tangram_celery.scheduling.decide` implements it.
 * ``fixed-dop-<k>``: pooled, every elastic action at a fixed DoP k (the paper's ablation).
 * ``celery``: plain Celery: FIFO, one queue per node with concurrency = cores, every action at
   one unit, no elasticity (the same routing and FCFS admission, ``TANGRAM_SCHEDULER=fcfs-min``);
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 from tangram_celery.bench.sim.cluster import Cluster
 from tangram_celery.bench.sim.costs import Costs
 from tangram_celery.bench.sim.engine import Backend, Engine, Progress
-from tangram_celery.bench.sim.gpupool import GpuPooled
+from tangram_celery.bench.sim.gpupool import GpuPooled, gpu_policy_factory
 from tangram_celery.bench.sim.nodes import CpuNodes
 from tangram_celery.bench.sim.pods import Pods, PodSpec
 from tangram_celery.bench.sim.policy import (
@@ -40,6 +42,8 @@ from tangram_celery.bench.sim.services import StaticServices
 from tangram_celery.bench.workloads.model import Workload
 
 DEFAULT_SYSTEMS = ("tangram", "static", "fixed-dop-4", "fixed-dop-16", "celery")
+GPU_POLICY = "replicas"
+"""tangram's policy on GPU pools (any tangram policy but the paper's own ``ersa``)."""
 BASELINE_POLICY = "ersa"
 """The policy of the pooled baselines (fixed DoP, plain Celery): strict FCFS through the
 paper's allocator, as those systems run, whatever tangram's default policy is."""
@@ -53,6 +57,7 @@ class System:
     pooled: bool
     shape: Shape = field(default_factory=Elastic)
     policy: str = DEFAULT_POLICY
+    gpu_policy: str = GPU_POLICY
     pod: PodSpec = field(default_factory=PodSpec)
     quota: bool = True
 
@@ -62,12 +67,14 @@ def system(name: str, default_policy: str = DEFAULT_POLICY) -> System:
     if name == "tangram" or name.startswith("tangram:"):
         policy = name.partition(":")[2] or default_policy
         policy_factory(policy)
-        return System(name, True, Elastic(), policy)
+        gpu = BASELINE_POLICY if policy == BASELINE_POLICY else GPU_POLICY
+        return System(name, True, Elastic(), policy, gpu)
     fixed = re.fullmatch(r"fixed-dop-(\d+)", name)
     if fixed:
-        return System(name, True, FixedDop(int(fixed.group(1))), BASELINE_POLICY)
+        return System(name, True, FixedDop(int(fixed.group(1))), BASELINE_POLICY,
+                      BASELINE_POLICY)
     if name == "celery":
-        return System(name, True, Minimum(), BASELINE_POLICY, quota=False)
+        return System(name, True, Minimum(), BASELINE_POLICY, BASELINE_POLICY, quota=False)
     if name == "static":
         return System(name, False)
     if name == "static-n4":
@@ -83,9 +90,10 @@ def backends(workload: Workload, chosen: System, cluster: Cluster, costs: Costs,
     built: dict[str, Backend] = {}
     if chosen.pooled:
         factory = policy_factory(chosen.policy)
+        gpu = gpu_policy_factory(chosen.gpu_policy)
         makers: dict[str, Callable[[], Backend]] = {
             "cpu": lambda: CpuNodes(workload, cluster, chosen.shape, factory, costs),
-            "gpu": lambda: GpuPooled(workload, cluster, chosen.shape, factory, costs),
+            "gpu": lambda: GpuPooled(workload, cluster, chosen.shape, gpu, costs),
             "api": lambda: (ApiQuota(workload, cluster, costs) if chosen.quota else
                             ApiDirect(workload, cluster, costs, seed, costs.dispatch_s)),
         }

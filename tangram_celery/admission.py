@@ -18,12 +18,14 @@ from tangram_celery.errors import TangramError
 
 @dataclass(frozen=True)
 class Request:
-    """One action waiting for units: its allowed unit counts with expected durations."""
+    """One action waiting for units: its allowed unit counts with expected durations, and
+    the GPU service (model) it runs on, for policies that know residency."""
 
     id: str
     options: tuple[tuple[int, float | None], ...]
     arrived: float
     signature: str = ""
+    service: str = ""
 
     @property
     def min_units(self) -> int:
@@ -33,12 +35,13 @@ class Request:
 
 @dataclass(frozen=True)
 class Running:
-    """An admitted action: its units and when it is expected to finish."""
+    """An admitted action: its units, when it is expected to finish, its service (if any)."""
 
     id: str
     units: tuple[int, ...]
     started: float
     expected_end: float | None
+    service: str = ""
 
 
 @dataclass(frozen=True)
@@ -197,7 +200,8 @@ class Admission:
         self._waiting.remove(slot)
         expected = dict(slot.request.options).get(len(units))
         self._running[slot.request.id] = Running(
-            slot.request.id, units, now, None if expected is None else now + expected
+            slot.request.id, units, now, None if expected is None else now + expected,
+            slot.request.service,
         )
         record = AllocationRecord(slot.request.id, units, now)
         self._open[slot.request.id] = record

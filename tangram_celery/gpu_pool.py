@@ -7,12 +7,19 @@ The worker, like a CPU node:
 1. validates the message again and checks it against the model repository (model name, inputs
    against ``config.pbtxt``, GPU counts the model and the pool can serve); anything wrong is a
    ``rejected`` result, and the worker carries on;
-2. waits FCFS in its admission gate, where the ARL-Tangram decision
-   (:func:`tangram_celery.placement.elastic_policy`) grants it an aligned power-of-two chunk of
-   GPU ids; with ``TANGRAM_SCHEDULER=fcfs-min`` every action asks for its minimum only. Among
-   chunks the decision treats as equal (same best-fit size, so the same fragmentation), the
-   gate takes the one the GPU manager ranks first: one that already holds the model's service,
-   else the fewest evictions (:func:`steer_grants`);
+2. waits in its admission gate for an aligned power-of-two chunk of GPU ids. By default
+   (``TANGRAM_SCHEDULER=robust``) the gate runs the service-aware scheduler
+   (:func:`tangram_celery.placement.replica_policy`,
+   :mod:`tangram_celery.scheduling.replicas`): it sees which services are resident where
+   (:func:`residency_view`) and how long each takes to restore (measured per model and chunk
+   size, ``TANGRAM_GPU_RESTORE_S`` until measured), and plans the queue FCFS with cache
+   affinity (wait for a busy replica when a restore costs more), replica scaling (restore on
+   another chunk when that finishes sooner) and backfilling with a starvation bound. With
+   ``TANGRAM_SCHEDULER=elastic`` it runs the paper's ARL-Tangram decision
+   (:func:`tangram_celery.placement.elastic_policy`), and among chunks that decision treats as
+   equal (same best-fit size) takes the one the GPU manager ranks first: one that already holds
+   the model's service, else the fewest evictions (:func:`steer_grants`); with ``fcfs-min``
+   every action asks for its minimum only;
 3. runs the reward on Triton through :class:`~tangram_celery.reward.executor.RewardExecutor`
    (evict-on-execution: the service is loaded on that chunk if it is not resident there);
    **Cross-request batching** (on unless ``batching=False`` / ``--no-batching``): reward
@@ -66,10 +73,18 @@ from tangram_celery.admission import Admission, Grant, Policy, PoolState, Reques
 from tangram_celery.errors import ConfigError, TangramError, TritonUnavailable, ValidationError
 from tangram_celery.managers.gpu import Chunk
 from tangram_celery.node import action_limits, request_for, signature_of
-from tangram_celery.placement import elastic_policy, gpu_pool_factory
+from tangram_celery.placement import (
+    Residency,
+    elastic_policy,
+    gpu_pool_factory,
+    replica_policy,
+)
 from tangram_celery.router import DEFAULT_GPU_POOL
 from tangram_celery.scheduling import DurationModel, GpuPool, SchedulerConfig
+from tangram_celery.scheduling.replicas import ReplicaConfig
+from tangram_celery.scheduling.residency import Resident, service_name
 from tangram_celery.scheduling.topology import free_chunks
+from tangram_celery.scheduling.types import Service
 from tangram_celery.serving import Heartbeat, admission_window, rejected_result, serve
 from tangram_celery.settings import Settings
 
@@ -179,6 +194,38 @@ def steered_policy(policy: Policy, node_size: int, prefer: Prefer) -> Policy:
         return steer_grants(grants, state.free, state.total, min(node_size, state.total), prefer)
 
     return steered
+
+
+RESTORE_SMOOTHING = 0.3
+"""Weight of a new restore time in a model's running estimate."""
+
+
+def smoothed(previous: float | None, sample: float, weight: float = RESTORE_SMOOTHING) -> float:
+    """An exponentially weighted running estimate: ``sample`` itself when none is known."""
+    return sample if previous is None else (1 - weight) * previous + weight * sample
+
+
+def residency_view(
+    executor: RewardBackend, unit_of: Mapping[int, int], node_size: int,
+    restore_s: Mapping[tuple[str, int], float], gpu_memory_mb: int,
+) -> Residency:
+    """The scheduler's view of a pool's residency: ``executor``'s residents moved onto unit
+    ids (``unit_of`` maps GPU ids) and named as :func:`service_name` names them there, and
+    each model's memory per GPU and measured restore times per chunk size it allows."""
+    residents = []
+    for resident in executor.loaded():
+        units = tuple(sorted(unit_of[gpu] for gpu in resident.chunk if gpu in unit_of))
+        if len(units) == len(resident.chunk):
+            residents.append(Resident(service_name(resident.model, units), resident.model,
+                                      units, resident.memory_mb, resident.last_used))
+    services = []
+    for model in executor.models():
+        spec = executor.spec(model)
+        sizes = [d for d in spec.dops if d <= node_size]
+        services.append(Service(
+            model, tuple((d, spec.memory_mb) for d in sizes),
+            tuple((d, restore_s[(model, d)]) for d in sizes if (model, d) in restore_s)))
+    return Residency(tuple(residents), tuple(services), gpu_memory_mb)
 
 
 def reward_inputs(action: Action) -> tuple[str, Mapping[str, Any]]:
@@ -295,6 +342,9 @@ class RewardBackend(Protocol):
     def residents(self) -> list[tuple[str, Chunk]]:
         """(model, GPU ids) of every resident service."""
 
+    def loaded(self) -> list[Resident]:
+        """Every resident service with its memory and last use (chunks of GPU ids)."""
+
     def rank_chunks(self, model: str, chunks: Sequence[Chunk]) -> list[Chunk]:
         """Candidate chunks (GPU ids) best first for ``model``."""
 
@@ -363,11 +413,26 @@ class GpuPoolRuntime:
         self._heartbeat = Heartbeat(f"tangram-gpu-pool-{pool}", settings.node_heartbeat_s,
                                     self.publish)
         check_outputs(executor)
-        decision = elastic_policy(pool, gpu_pool_factory(pool, self.node_size),
-                                  SchedulerConfig(depth=settings.scheduler_depth))
-        self.admission = Admission(
-            range(len(self.gpu_ids)), steered_policy(decision, self.node_size, self._prefer)
-        )
+        self._restore_s: dict[tuple[str, int], float] = {}
+        self.admission = Admission(range(len(self.gpu_ids)), self._policy())
+
+    def _policy(self) -> Policy:
+        """The gate's decision: the service-aware scheduler (``TANGRAM_SCHEDULER=robust``),
+        else the paper's allocator steered onto the chunks the GPU manager prefers."""
+        if self.settings.scheduler == "robust":
+            config = ReplicaConfig(default_restore_s=self.settings.gpu_restore_s)
+            return replica_policy(self.pool, gpu_pool_factory(self.pool, self.node_size,
+                                                              self.residency), config)
+        decision = elastic_policy(self.pool, gpu_pool_factory(self.pool, self.node_size),
+                                  SchedulerConfig(depth=self.settings.scheduler_depth))
+        return steered_policy(decision, self.node_size, self._prefer)
+
+    def residency(self) -> Residency:
+        """What the pool holds now, in unit ids: the manager's residents (named as the
+        scheduler names them), every model's memory per GPU at each chunk size it allows,
+        and its restore times as measured (unmeasured: ``TANGRAM_GPU_RESTORE_S``)."""
+        return residency_view(self.executor, self._unit_of, self.node_size,
+                              dict(self._restore_s), self.settings.gpu_memory_mb)
 
     def start(self) -> None:
         """Publish the pool, start its heartbeat, say whether Triton answers (a worker without
@@ -443,7 +508,7 @@ class GpuPoolRuntime:
                                   key=action.signature or model)
         if self.settings.scheduler == "fcfs-min":
             request = replace(request, options=request.options[:1])
-        return request
+        return replace(request, service=model)
 
     def _run(
         self, action: Action, model: str, inputs: Mapping[str, Any], request: Request
@@ -564,6 +629,9 @@ class GpuPoolRuntime:
         with self._lock:
             self.durations.observe(signature_of(action, action.signature or model),
                                    len(result.units), outcome.exec_s)
+            if outcome.loaded:
+                key = (model, len(result.units))
+                self._restore_s[key] = smoothed(self._restore_s.get(key), outcome.setup_s)
 
     def _prefer(self, action_id: str, candidates: Sequence[Chunk]) -> Chunk:
         """Of equally good chunks (unit ids), the one the GPU manager ranks first."""

@@ -6,12 +6,15 @@ to the :class:`~tangram_celery.admission.Admission` gate of one pool: it turns w
 and running actions into scheduler jobs, asks for a decision, and returns the grants. The same
 adapter serves CPU nodes (cores with NUMA groups) and GPU pools (aligned power-of-two chunks).
 :func:`robust_policy` runs tangram's default, load-robust scheduler
-(:mod:`tangram_celery.scheduling.robust`); :func:`elastic_policy` the paper's allocator alone.
+(:mod:`tangram_celery.scheduling.robust`) on CPU nodes, :func:`replica_policy` its
+service-aware scheduler on GPU pools (:mod:`tangram_celery.scheduling.replicas`), and
+:func:`elastic_policy` the paper's allocator alone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 
 from tangram_celery.admission import Grant, Policy, PoolState, Request
@@ -27,7 +30,10 @@ from tangram_celery.scheduling import (
     Snapshot,
     decide,
 )
+from tangram_celery.scheduling.replicas import ReplicaConfig, ReplicaPolicy
+from tangram_celery.scheduling.residency import Resident
 from tangram_celery.scheduling.robust import RobustConfig, RobustPolicy
+from tangram_celery.scheduling.types import Service
 
 PoolFactory = Callable[[tuple[int, ...], int], Pool]
 Scheduler = Callable[[Snapshot], Decision]
@@ -47,11 +53,25 @@ def cpu_pool_factory(name: str, numa_of: Mapping[int, int] | None = None) -> Poo
     return make
 
 
-def gpu_pool_factory(name: str, node_size: int = 8) -> PoolFactory:
-    """Build GPU pool views (ids 0..total-1, ``node_size`` GPUs per node) keyed ``name``."""
+@dataclass(frozen=True)
+class Residency:
+    """What a GPU pool holds now, for the service-aware scheduler: the resident services (on
+    unit ids), each service's memory and restore time per chunk size, each GPU's memory."""
+
+    residents: tuple[Resident, ...] = ()
+    services: tuple[Service, ...] = ()
+    memory_mb: int = 0
+
+
+def gpu_pool_factory(name: str, node_size: int = 8,
+                     residency: Callable[[], Residency] | None = None) -> PoolFactory:
+    """Build GPU pool views (ids 0..total-1, ``node_size`` GPUs per node) keyed ``name``;
+    with ``residency``, each view carries what it returns at that moment."""
 
     def make(free: tuple[int, ...], total: int) -> Pool:
-        return GpuPool(name, free, total, min(node_size, total))
+        held = Residency() if residency is None else residency()
+        return GpuPool(name, free, total, min(node_size, total), held.residents,
+                       held.services, held.memory_mb)
 
     return make
 
@@ -60,7 +80,7 @@ def job_for(request: Request, key: str) -> Job:
     """The scheduler's view of a waiting request."""
     known = all(d is not None for _, d in request.options)
     return Job(request.id, key, request.options, request.arrived,
-               elastic=known and len(request.options) > 1)
+               elastic=known and len(request.options) > 1, service=request.service)
 
 
 def elastic_policy(
@@ -77,6 +97,15 @@ def robust_policy(
     return snapshot_policy(key, pool_factory, RobustPolicy(config))
 
 
+def replica_policy(
+    key: str, pool_factory: PoolFactory, config: ReplicaConfig | None = None
+) -> Policy:
+    """A placement policy running the service-aware GPU scheduler
+    (:mod:`tangram_celery.scheduling.replicas`: cache affinity, replica scaling, backfilling)
+    for one GPU pool; ``pool_factory`` should carry the pool's residency."""
+    return snapshot_policy(key, pool_factory, ReplicaPolicy(config))
+
+
 def snapshot_policy(key: str, pool_factory: PoolFactory, scheduler: Scheduler) -> Policy:
     """A placement policy asking `scheduler` for a decision over one pool at each event."""
     jobs: dict[str, Job] = {}
@@ -87,7 +116,8 @@ def snapshot_policy(key: str, pool_factory: PoolFactory, scheduler: Scheduler) -
             del jobs[stale]
         waiting = tuple(jobs.setdefault(r.id, job_for(r, key)) for r in state.waiting)
         running = tuple(
-            RunningJob(r.id, key, len(r.units), r.expected_end) for r in state.running
+            RunningJob(r.id, key, len(r.units), r.expected_end, r.units, r.service)
+            for r in state.running
         )
         snapshot = Snapshot(state.now, waiting, (pool_factory(state.free, state.total),),
                             running)

@@ -67,6 +67,7 @@ class Settings:
     reward_max_batch: int = 16
     gpu_simulated: bool = True
     gpu_memory_mb: int = 81920
+    gpu_restore_s: float = 2.0
     api_limits: str = ""
     autoscale_interval_s: float = 1.0
     autoscale_node_cores: int = 2
@@ -166,6 +167,8 @@ class Settings:
             )
         if self.recovery_audit_s < 0:
             raise ConfigError(f"{PREFIX}RECOVERY_AUDIT_S must be >= 0 (0 turns the audit off)")
+        if self.gpu_restore_s < 0:
+            raise ConfigError(f"{PREFIX}GPU_RESTORE_S must be >= 0 (seconds a model load takes)")
 
 
     def _validate_autoscale(self) -> None:

@@ -69,7 +69,8 @@ DESCRIPTIONS: dict[str, str] = {
     "admission_window": "Messages a worker holds at once; 0: max(2N, N+4) for N units.",
     "scheduler": "Placement policy: `robust` (the paper's DP steered by predicted demand: "
     "DoP cap, short-action reserve, backfilling), `elastic` (the paper's DP alone) or "
-    "`fcfs-min`; GPU pools run the paper's DP for both `robust` and `elastic`.",
+    "`fcfs-min`; on GPU pools `robust` is the service-aware scheduler (cache affinity, "
+    "replica scaling, backfilling) and `elastic` the paper's DP.",
     "scheduler_depth": "Units the elastic scheduler's estimate lets the first waiter try.",
     "triton_url": "Triton Inference Server address of the GPU pools.",
     "triton_protocol": "Triton client protocol: `http` or `grpc`.",
@@ -78,6 +79,8 @@ DESCRIPTIONS: dict[str, str] = {
     "reward_max_batch": "Reward actions that may join a running batch of their service.",
     "gpu_simulated": "GPU ids are simulated (no GPU needed; Triton runs models on CPU).",
     "gpu_memory_mb": "Memory of each GPU available to model weights (MB).",
+    "gpu_restore_s": "Seconds a GPU pool's scheduler expects a reward service to take to load "
+    "until it has timed one (then it uses the measured times).",
     "api_limits": "Quota-limited APIs: `name=url:U,concurrency:N,rate:C/P,burst:B;...`.",
     "extra_resources": "Additional resource names an action's cost vector may use.",
     "flower_address": "Address `tangram flower` listens on (non-loopback needs auth).",

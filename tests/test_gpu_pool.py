@@ -34,7 +34,7 @@ from tangram_celery.gpu_pool import (
     steer_grants,
     worker_name,
 )
-from tangram_celery.managers.gpu import Chunk
+from tangram_celery.managers.gpu import Chunk, Resident
 from tangram_celery.placement import elastic_policy, gpu_pool_factory
 from tangram_celery.reward.executor import RewardOutcome
 from tangram_celery.reward.server import TritonServer, free_port
@@ -117,6 +117,7 @@ class FakeExecutor:
         self.specs: Mapping[str, ModelSpec] = load_repository(REPOSITORY)
         self.fail = fail
         self.runs: list[tuple[str, tuple[int, ...]]] = []
+        self.residents_loaded: list[Resident] = []
 
     def models(self) -> list[str]:
         return sorted(self.specs)
@@ -131,6 +132,9 @@ class FakeExecutor:
 
     def residents(self) -> list[tuple[str, Chunk]]:
         return [("answer_match", gpus) for _, gpus in self.runs]
+
+    def loaded(self) -> list[Resident]:
+        return list(self.residents_loaded)
 
     def rank_chunks(self, model: str, chunks: Sequence[Chunk]) -> list[Chunk]:
         return sorted(chunks, reverse=True)  # prefer the highest ids, to see steering act
@@ -180,6 +184,31 @@ def test_runtime_result_carries_outputs_serving_info_and_timings() -> None:
     assert t.received <= t.admitted <= t.exec_started <= t.exec_finished <= t.stored
     assert runtime.admission.free_count() == 8
     assert runtime.durations.known(("reward", "answer_match"))
+
+
+def test_the_default_scheduler_runs_an_action_where_its_service_is_resident() -> None:
+    """TANGRAM_SCHEDULER=robust: the service-aware scheduler sees answer_match resident on
+    GPU 13 of a pool of GPU ids 10..17 (unit 3) and runs the action there; the paper's
+    allocator, steered, takes the backend's favourite (the highest id) instead."""
+    for scheduler, expected in (("robust", (13,)), ("elastic", (17,))):
+        executor = FakeExecutor()
+        executor.residents_loaded = [
+            Resident("unit__answer_match__dop1__g13", "answer_match", (13,), 64, 1)]
+        runtime = GpuPoolRuntime(Settings.from_env({}, scheduler=scheduler), "unit", executor,
+                                 range(10, 18), 8, name="w1")
+        result = ActionResult.from_json(runtime.execute(message(), time.time()))
+        assert result.status == "ok" and result.units == expected, scheduler
+
+
+def test_the_pool_learns_restore_times_and_shows_them_to_its_scheduler() -> None:
+    runtime, executor = fake_runtime(scheduler="robust")
+    before = {s.name: s for s in runtime.residency().services}["answer_match"]
+    assert before.restore_at(1) is None and before.memory_at(1) > 0
+    runtime.execute(message(), time.time())
+    runtime.execute(message(), time.time())
+    after = {s.name: s for s in runtime.residency().services}["answer_match"]
+    assert after.restore_at(1) == pytest.approx(0.5), "FakeExecutor's loads take 0.5 s"
+    assert runtime.residency().memory_mb == runtime.settings.gpu_memory_mb
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ from tangram_celery.errors import ServiceError, TritonUnavailable, ValidationErr
 from tangram_celery.managers.gpu import (
     Chunk,
     GpuManager,
+    Resident,
     check_chunk,
     instance_group,
     placement_parameters,
@@ -140,6 +141,10 @@ class RewardExecutor:
     def residents(self) -> list[tuple[str, Chunk]]:
         """(model, chunk) of every resident service, by Triton name."""
         return [(r.model, r.chunk) for _, r in sorted(self.manager.residents().items())]
+
+    def loaded(self) -> list[Resident]:
+        """Every resident service with its memory and last use (chunks of GPU ids)."""
+        return [r for _, r in sorted(self.manager.residents().items())]
 
     def models(self) -> list[str]:
         """The reward models this executor can run."""

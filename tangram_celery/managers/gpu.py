@@ -103,11 +103,6 @@ def rank_chunks(
     return sorted(chunks, key=key)
 
 
-def wait_for_resident(restore_s: float, expected_wait_s: float) -> bool:
-    """Cache affinity: wait for a busy chunk that holds the service if restoring costs more."""
-    return restore_s > expected_wait_s
-
-
 def check_chunk(gpus: Any, pool: Sequence[int], dops: Sequence[int]) -> Chunk:
     """``gpus`` as a chunk of ``pool``, or :class:`ValidationError` on field ``gpus``.
 

@@ -15,7 +15,6 @@ from tangram_celery.managers.gpu import (
     plan_placement,
     rank_chunks,
     service_name,
-    wait_for_resident,
 )
 
 
@@ -84,11 +83,6 @@ def test_rank_prefers_idle_then_resident_then_fewest_evictions() -> None:
     chunks = [(0,), (1,), (2,), (3,)]
     ranked = rank_chunks(state, "rm", chunks, 50, 100, busy=frozenset({3}))
     assert ranked == [(2,), (0,), (1,), (3,)]
-
-
-def test_cache_affinity_waits_only_when_restoring_costs_more() -> None:
-    assert wait_for_resident(restore_s=8.0, expected_wait_s=0.5)
-    assert not wait_for_resident(restore_s=0.3, expected_wait_s=2.0)
 
 
 @pytest.mark.parametrize(

@@ -72,6 +72,9 @@ class ReplicaConfig:
     `fallback_duration`: seconds assumed where a duration or a running finish is unknown.
     `default_restore_s`: restore time of a service the pool does not describe.
     `base`: the paper's allocator's settings, for pools that are not GPU pools.
+    `affinity`, `backfill`, `spare`: switch off waiting for a busy replica (a job then takes
+    the best chunk free now), starting later jobs before a waiting one (strict FCFS), and the
+    penalty for unloading a service later jobs need, to measure what each idea brings.
     """
 
     backlog_weight: float = 1.0
@@ -80,6 +83,9 @@ class ReplicaConfig:
     fallback_duration: float = 1.0
     default_restore_s: float = 0.0
     base: SchedulerConfig = field(default_factory=SchedulerConfig)
+    affinity: bool = True
+    backfill: bool = True
+    spare: bool = True
 
     def __post_init__(self) -> None:
         if self.backlog_weight < 0 or self.max_bypass_s < 0 or self.default_restore_s < 0:
@@ -212,6 +218,8 @@ class Planner:
             self.commit(job, booking)
             if booking.start <= self.now:
                 starts.append(Start(job.job_id, self.pool.name, booking.chunk, booking.duration))
+            elif not self.config.backfill:
+                break
             elif overdue:
                 self.board.close(booking.chunk)
         return starts, unplaceable
@@ -250,6 +258,8 @@ class Planner:
         run_cost = self.backlog(behind, units, duration)
         for resident in self.replicas(job.service, units):
             start = self.board.start_time(resident.chunk, duration)
+            if start > self.now and not self.config.affinity:
+                continue
             cost = start + duration + run_cost
             found.append(Booking(job.job_id, resident.chunk, start, 0.0, duration, cost))
             bound = min(bound, cost)
@@ -331,7 +341,7 @@ class Planner:
     def penalty(self, resident: Resident) -> float:
         """What unloading `resident` costs the queue: its restore time if later jobs ask for
         its service."""
-        if self.later[resident.model] <= 0:
+        if self.later[resident.model] <= 0 or not self.config.spare:
             return 0.0
         return self.restore_s(resident.model, len(resident.chunk))
 

@@ -230,3 +230,26 @@ def test_starvation_bound_holds_against_endless_short_jobs_with_wrong_estimates(
     assert run_stream(max_bypass_s=10.0) <= 20.0 + 0.05
     unbounded = run_stream(max_bypass_s=math.inf)
     assert 20.0 + 0.05 < unbounded <= 20.0 + 3.0 + 0.05
+
+
+def test_each_idea_switched_off_changes_its_decision() -> None:
+    """The ablation switches: without affinity a job restores rather than wait 0.5 s for its
+    replica; without backfilling nothing overtakes a waiting job; without sparing, the
+    restore unloads the least recently used service although a later job needs it."""
+    gpus = pool(range(1, 8), residents=(resident("a", (0,)),), services=(svc("a", 5.0),))
+    running = (busy("r", (0,), 0.5, "a"),)
+    assert starts(0.0, [job("j", "a")], gpus, running) == {}
+    assert starts(0.0, [job("j", "a")], gpus, running, affinity=False) == {"j": (1,)}
+
+    jobs = [job("head", options=((8, 4.0),)), job("later", options=((1, 5.0),))]
+    hole = (pool(range(4, 8)), (busy("r", (0, 1, 2, 3), 10.0),))
+    assert starts(0.0, jobs, *hole) == {"later": (4,)}
+    assert starts(0.0, jobs, *hole, backfill=False) == {}
+
+    residents = (resident("a", (0,), 8 * GB, used=1), resident("b", (1,), 8 * GB, used=2))
+    services = (svc("a", 4.0, 8 * GB), svc("b", 4.0, 8 * GB), svc("c", 1.0, 8 * GB))
+    tight = pool(range(2), total=2, node=2, residents=residents, services=services,
+                 memory=10 * GB)
+    queue = [job("c1", "c"), job("a1", "a", at=1.0)]
+    assert starts(0.0, queue, tight)["c1"] == (1,)
+    assert starts(0.0, queue, tight, spare=False)["c1"] == (0,)

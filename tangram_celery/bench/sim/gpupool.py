@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
+from functools import partial
 
 from tangram_celery.bench.sim.cluster import Cluster
 from tangram_celery.bench.sim.costs import Costs
@@ -28,7 +29,7 @@ from tangram_celery.bench.sim.policy import PolicyFactory, Shape, policy_factory
 from tangram_celery.bench.sim.pooled import Launch, PooledBackend, UnitPool
 from tangram_celery.bench.workloads.model import ActionSpec, Workload
 from tangram_celery.scheduling import GpuPool, Pool, RunningJob, Start
-from tangram_celery.scheduling.replicas import ReplicaPolicy
+from tangram_celery.scheduling.replicas import ReplicaConfig, ReplicaPolicy
 from tangram_celery.scheduling.residency import Resident, plan_placement, service_name
 from tangram_celery.scheduling.types import Service
 
@@ -44,8 +45,20 @@ def services_of(workload: Workload, cluster: Cluster) -> tuple[Service, ...]:
     )
 
 
-GPU_POLICIES: dict[str, PolicyFactory] = {"replicas": ReplicaPolicy}
-"""Policies only GPU pools run (the service-aware scheduler)."""
+GPU_ABLATIONS: dict[str, ReplicaConfig] = {
+    "replicas-no-affinity": ReplicaConfig(affinity=False),
+    "replicas-no-backfill": ReplicaConfig(backfill=False),
+    "replicas-no-backlog": ReplicaConfig(backlog_weight=0.0),
+    "replicas-no-spare": ReplicaConfig(spare=False),
+}
+"""The service-aware scheduler with one idea switched off, to measure what each brings."""
+
+GPU_POLICIES: dict[str, PolicyFactory] = {
+    "replicas": ReplicaPolicy,
+    **{name: partial(ReplicaPolicy, config) for name, config in GPU_ABLATIONS.items()},
+}
+"""Policies only GPU pools run (the service-aware scheduler and its ablations); run one as
+``tangram:<name>`` (CPU nodes then keep tangram's default policy)."""
 
 
 def gpu_policy_factory(name: str) -> PolicyFactory:

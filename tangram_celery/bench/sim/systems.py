@@ -5,7 +5,8 @@
   CPU nodes; the service-aware scheduler, :mod:`tangram_celery.scheduling.replicas`, on the
   GPU pool). ``tangram:<policy>`` runs any registered policy (see :mod:`.policy`) on CPU
   nodes and, unless it is ``ersa``, the service-aware scheduler on GPUs; ``tangram:ersa`` is
-  the paper's algorithm everywhere, as :func:`tangram_celery.scheduling.decide` implements it.
+  the paper's algorithm everywhere, as :func:`tangram_celery.scheduling.decide` implements it;
+  ``tangram:replicas-no-<idea>`` runs a GPU ablation (see :data:`.gpupool.GPU_ABLATIONS`).
 * ``fixed-dop-<k>``: pooled, every elastic action at a fixed DoP k (the paper's ablation).
 * ``celery``: plain Celery: FIFO, one queue per node with concurrency = cores, every action at
   one unit, no elasticity (the same routing and FCFS admission, ``TANGRAM_SCHEDULER=fcfs-min``);
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from tangram_celery.bench.sim.cluster import Cluster
 from tangram_celery.bench.sim.costs import Costs
 from tangram_celery.bench.sim.engine import Backend, Engine, Progress
-from tangram_celery.bench.sim.gpupool import GpuPooled, gpu_policy_factory
+from tangram_celery.bench.sim.gpupool import GPU_POLICIES, GpuPooled, gpu_policy_factory
 from tangram_celery.bench.sim.nodes import CpuNodes
 from tangram_celery.bench.sim.pods import Pods, PodSpec
 from tangram_celery.bench.sim.policy import (
@@ -66,6 +67,8 @@ def system(name: str, default_policy: str = DEFAULT_POLICY) -> System:
     """The system called ``name`` (see the module docstring for the names)."""
     if name == "tangram" or name.startswith("tangram:"):
         policy = name.partition(":")[2] or default_policy
+        if policy in GPU_POLICIES:
+            return System(name, True, Elastic(), default_policy, policy)
         policy_factory(policy)
         gpu = BASELINE_POLICY if policy == BASELINE_POLICY else GPU_POLICY
         return System(name, True, Elastic(), policy, gpu)

@@ -25,6 +25,11 @@ about that much in all, so under load jobs prefer fewer GPUs and no restore, and
 queue they take the fastest option. A restore that unloads a service that later jobs of the
 queue ask for also pays that service's restore time.
 
+**Load-aware DoP cap** (`ReplicaPolicy`, `gpu_cap`): from a forecast of the pool's demand and
+the jobs already queued, jobs may take at most the chunk size with the least predicted mean
+ACT, so a pool that restored large replicas at light load moves to small ones, the most
+throughput per GPU, when a burst comes.
+
 Jobs whose booking starts now start. A later job may start now only on GPUs that no earlier
 booking needs before it is expected to finish (**backfilling**), so with right estimates
 nothing overtakes a job and delays it. **Starvation bound:** a job that has waited
@@ -40,15 +45,18 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from tangram_celery.scheduling.demand import Demand, DemandTracker
 from tangram_celery.scheduling.ersa import SchedulerConfig, settle
 from tangram_celery.scheduling.residency import Chunk, Resident, plan_placement, service_name
+from tangram_celery.scheduling.robust import RobustConfig, predicted_act
 from tangram_celery.scheduling.types import (
     Decision,
     GpuPool,
     Job,
+    Option,
     Pool,
     RunningJob,
     Service,
@@ -72,6 +80,7 @@ class ReplicaConfig:
     `fallback_duration`: seconds assumed where a duration or a running finish is unknown.
     `default_restore_s`: restore time of a service the pool does not describe.
     `base`: the paper's allocator's settings, for pools that are not GPU pools.
+    `cap`: the settings of `ReplicaPolicy`'s load-aware DoP cap (None: no cap).
     `affinity`, `backfill`, `spare`: switch off waiting for a busy replica (a job then takes
     the best chunk free now), starting later jobs before a waiting one (strict FCFS), and the
     penalty for unloading a service later jobs need, to measure what each idea brings.
@@ -86,6 +95,7 @@ class ReplicaConfig:
     affinity: bool = True
     backfill: bool = True
     spare: bool = True
+    cap: RobustConfig | None = field(default_factory=lambda: RobustConfig(utilisation=1.0))
 
     def __post_init__(self) -> None:
         if self.backlog_weight < 0 or self.max_bypass_s < 0 or self.default_restore_s < 0:
@@ -178,8 +188,9 @@ class Planner:
     """One pool's plan at one scheduling point (see the module docstring)."""
 
     def __init__(self, pool: GpuPool, jobs: Sequence[Job], running: Sequence[RunningJob],
-                 now: float, config: ReplicaConfig) -> None:
+                 now: float, config: ReplicaConfig, cap: int | None = None) -> None:
         self.pool = pool
+        self.cap = cap
         self.now = now
         self.config = config
         self.board = Board(pool, running, now, config.fallback_duration)
@@ -234,7 +245,7 @@ class Planner:
         """The least-cost booking of `job`, or None if no option fits the pool."""
         best: Booking | None = None
         best_key: tuple[float, ...] = (math.inf,)
-        for units, expected in job.options:
+        for units, expected in capped(job.options, self.cap):
             if units > self.pool.node_size or units & (units - 1):
                 continue
             duration = self.config.fallback_duration if expected is None else expected
@@ -366,9 +377,20 @@ class Planner:
         self.booked.add(name)
 
 
-def decide_replicas(snapshot: Snapshot, config: ReplicaConfig | None = None) -> Decision:
-    """Which waiting jobs start now, on which GPUs (see the module docstring)."""
+def capped(options: Sequence[Option], cap: int | None) -> Sequence[Option]:
+    """The options of at most `cap` units (the smallest one if none is that small)."""
+    if cap is None:
+        return options
+    kept = [option for option in options if option[0] <= cap]
+    return kept or options[:1]
+
+
+def decide_replicas(snapshot: Snapshot, config: ReplicaConfig | None = None,
+                    caps: Mapping[str, int | None] | None = None) -> Decision:
+    """Which waiting jobs start now, on which GPUs (see the module docstring); `caps` limits
+    the GPUs of a job on each pool (`ReplicaPolicy` derives them from predicted demand)."""
     config = config or ReplicaConfig()
+    caps = caps or {}
     starts: list[Start] = []
     unplaceable: list[str] = []
     others: list[Pool] = []
@@ -379,7 +401,8 @@ def decide_replicas(snapshot: Snapshot, config: ReplicaConfig | None = None) -> 
         jobs = sorted((j for j in snapshot.waiting if j.key == pool.name),
                       key=lambda j: j.submitted_at)
         running = [r for r in snapshot.running if r.key == pool.name]
-        planned, lost = Planner(pool, jobs, running, snapshot.now, config).run()
+        planned, lost = Planner(pool, jobs, running, snapshot.now, config,
+                                caps.get(pool.name)).run()
         starts.extend(planned)
         unplaceable.extend(lost)
     names = {pool.name for pool in snapshot.pools}
@@ -395,11 +418,43 @@ def decide_replicas(snapshot: Snapshot, config: ReplicaConfig | None = None) -> 
 
 
 class ReplicaPolicy:
-    """`decide_replicas` as a callable from `Snapshot` to `Decision` (what pools hold)."""
+    """`decide_replicas` with its state: a callable from `Snapshot` to `Decision`.
+
+    With `ReplicaConfig.cap` it forecasts each pool's demand (`DemandTracker`) and caps every
+    job's GPUs with a load-aware DoP cap (`gpu_cap`, the robust scheduler's queue model plus
+    the backlog): light load, no cap (jobs take the fastest option); heavy load, the smallest
+    chunks, the most throughput per GPU. Without it a pool keeps the parallelism its first,
+    light-load replicas were restored at, however loaded it becomes.
+    """
 
     def __init__(self, config: ReplicaConfig | None = None) -> None:
         self.config = config or ReplicaConfig()
+        self.tracker = DemandTracker(self.config.cap.demand if self.config.cap else None)
 
     def __call__(self, snapshot: Snapshot) -> Decision:
         """The decision for one scheduling point."""
-        return decide_replicas(snapshot, self.config)
+        caps: dict[str, int | None] = {}
+        if self.config.cap is not None:
+            for name, demand in self.tracker.observe(snapshot).items():
+                total = next(p.total for p in snapshot.pools if p.name == name)
+                queued = sum(1 for job in snapshot.waiting if job.key == name)
+                caps[name] = gpu_cap(demand, total, self.config.cap, queued)
+        return decide_replicas(snapshot, self.config, caps)
+
+
+def gpu_cap(demand: Demand, total: int, config: RobustConfig, queued: int = 0) -> int | None:
+    """The chunk size (a power of two) with the least predicted mean ACT, or None for no cap:
+    the robust scheduler's queue model (`robust.predicted_act`: arrivals at the forecast
+    elastic rate on `total / k` servers of the mean expected duration at k) plus the time
+    the `queued` jobs already waiting take to drain through those servers (on average half
+    of it each), so a backlog moves the cap to the most throughput at once instead of when
+    the arrival-rate forecast catches up."""
+    time, rate = demand.elastic_time, demand.elastic_rate
+    if rate <= 0 or not time:
+        return None
+    room = max(total - demand.short_load - demand.long_load, 1.0) * config.utilisation
+    caps = [1 << i for i in range(len(time).bit_length()) if 1 << i <= len(time)]
+    acts = [predicted_act(rate, time[k - 1], room / k, config.burstiness)
+            + queued * time[k - 1] / max(room / k, 1.0) / 2 for k in caps]
+    best = caps[acts.index(min(acts))]
+    return None if best >= len(time) else best

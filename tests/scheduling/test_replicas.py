@@ -11,7 +11,9 @@ import pytest
 from tangram_celery.scheduling import (
     Core,
     CpuPool,
+    Demand,
     GpuPool,
+    RobustConfig,
     Job,
     RunningJob,
     Snapshot,
@@ -23,6 +25,7 @@ from tangram_celery.scheduling.replicas import (
     ReplicaPolicy,
     aligned_chunks,
     decide_replicas,
+    gpu_cap,
 )
 from tangram_celery.scheduling.residency import Resident, service_name
 from tangram_celery.scheduling.types import Service
@@ -253,3 +256,48 @@ def test_each_idea_switched_off_changes_its_decision() -> None:
     queue = [job("c1", "c"), job("a1", "a", at=1.0)]
     assert starts(0.0, queue, tight)["c1"] == (1,)
     assert starts(0.0, queue, tight, spare=False)["c1"] == (0,)
+
+
+def curve(t1: float = 8.0, parallel: float = 0.9, total: int = 8) -> tuple[float, ...]:
+    """Expected duration capped at k = 1..total GPUs, chunks of 1, 2, 4, 8 (Amdahl)."""
+    sizes = [1, 2, 4, 8]
+    return tuple(t1 * ((1 - parallel) + parallel / max(s for s in sizes if s <= k))
+                 for k in range(1, total + 1))
+
+
+@pytest.mark.parametrize(
+    ("rate", "queued", "expected"),
+    [
+        (0.0, 0, None),  # nothing forecast: no cap
+        (0.05, 0, None),  # light load: the fastest option
+        (0.2, 0, 4),
+        (0.5, 0, 2),
+        (1.0, 0, 1),  # 1 job/s of 8 s work on 8 GPUs: the most throughput
+        (0.05, 20, 2),  # light arrivals, but a backlog already waiting
+    ],
+)
+def test_gpu_cap_follows_predicted_demand_and_the_backlog(
+    rate: float, queued: int, expected: int | None
+) -> None:
+    demand = Demand(rate, curve())
+    assert gpu_cap(demand, 8, RobustConfig(utilisation=1.0), queued) == expected
+
+
+def test_the_policy_caps_an_elastic_job_once_demand_builds_up() -> None:
+    """Alone, an elastic job takes all 8 GPUs; after a stream of elastic arrivals the
+    forecast caps it, so it takes fewer (the rest of the pool serves the stream)."""
+    alone = ReplicaPolicy()(Snapshot(0.0, (job("x", options=amdahl(8.0)),), (pool(range(8)),)))
+    assert [len(s.units) for s in alone.starts] == [8]
+    policy = ReplicaPolicy()
+    running: tuple[RunningJob, ...] = ()
+    for i in range(40):
+        now = i * 0.5
+        waiting = (job(f"w{i}", options=amdahl(8.0), at=now),)
+        policy(Snapshot(now, waiting, (pool(()),), running))
+    decision = policy(Snapshot(20.0, (job("x", options=amdahl(8.0), at=20.0),),
+                               (pool(range(8)),)))
+    assert [len(s.units) for s in decision.starts] == [1]
+    uncapped = ReplicaPolicy(ReplicaConfig(cap=None))
+    assert [len(s.units) for s in uncapped(
+        Snapshot(20.0, (job("x", options=amdahl(8.0), at=20.0),), (pool(range(8)),))
+    ).starts] == [8]

@@ -50,6 +50,7 @@ GPU_ABLATIONS: dict[str, ReplicaConfig] = {
     "replicas-no-backfill": ReplicaConfig(backfill=False),
     "replicas-no-backlog": ReplicaConfig(backlog_weight=0.0),
     "replicas-no-spare": ReplicaConfig(spare=False),
+    "replicas-no-cap": ReplicaConfig(cap=None),
 }
 """The service-aware scheduler with one idea switched off, to measure what each brings."""
 

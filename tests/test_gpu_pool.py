@@ -201,7 +201,7 @@ def test_the_default_scheduler_runs_an_action_where_its_service_is_resident() ->
 
 
 def test_the_pool_learns_restore_times_and_shows_them_to_its_scheduler() -> None:
-    runtime, executor = fake_runtime(scheduler="robust")
+    runtime, _ = fake_runtime(scheduler="robust")
     before = {s.name: s for s in runtime.residency().services}["answer_match"]
     assert before.restore_at(1) is None and before.memory_at(1) > 0
     runtime.execute(message(), time.time())

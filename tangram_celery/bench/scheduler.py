@@ -10,6 +10,9 @@
 (b) Speed-up over the naive version (`scheduling.reference`: a plain-Python DP recomputed at
     every eviction step, the paper's formulation) at n = m = 64, checking that both return
     the same decision. A GPU row does the same on 64 GPUs with allowed sets {1, 2, 4, 8}.
+(c) Decision time of the service-aware GPU scheduler (`decide_replicas`, tangram's default on
+    GPU pools) beside the paper's allocator on 40 GPUs, 256 jobs of 8 services, half the GPUs
+    busy, residents on the first node.
 """
 
 from __future__ import annotations
@@ -35,12 +38,16 @@ from tangram_celery.scheduling import (
     GpuPool,
     Job,
     Outlook,
+    RunningJob,
     Snapshot,
     decide,
     decide_robust,
 )
 from tangram_celery.scheduling.demand import time_curve
 from tangram_celery.scheduling.reference import decide_reference
+from tangram_celery.scheduling.replicas import decide_replicas
+from tangram_celery.scheduling.residency import Resident, service_name
+from tangram_celery.scheduling.types import Service
 
 Sampler = Callable[[random.Random], tuple[float, float]]
 """Draws (T1, serial fraction) for one job."""
@@ -191,6 +198,49 @@ def comparison_rows(repeats: int, naive_repeats: int) -> list[Row]:
     return rows
 
 
+SERVICES = 8
+"""GPU services of the GPU decision-time case."""
+
+
+def gpu_snapshot(n: int, gpus: int, seed: int) -> Snapshot:
+    """`n` jobs of `SERVICES` services (allowed {1, 2, 4, 8}) on `gpus` GPUs in nodes of 8,
+    half of them busy with running jobs, a resident replica of each service at every size on
+    the first node's chunks, memory and restore times per service (the service-aware
+    scheduler's inputs; the paper's allocator ignores the residency)."""
+    rng = random.Random(seed)
+    waiting = [
+        Job(j.job_id, j.key, j.options, j.submitted_at, service=f"s{i % SERVICES}")
+        for i, j in enumerate(jobs(n, (1, 2, 4, 8), WORKLOADS["uniform T1 0.5-2 s, f 0.05-0.5"],
+                                    seed, "gpu"))
+    ]
+    busy = sorted(rng.sample(range(gpus), gpus // 2))
+    running = tuple(RunningJob(f"r{g}", "gpu", 1, rng.uniform(0.1, 3.0), (g,), f"s{g % SERVICES}")
+                    for g in busy)
+    residents = tuple(
+        Resident(service_name(f"s{k}", chunk), f"s{k}", chunk, 8000, k)
+        for k in range(SERVICES) for chunk in ((k % 8,), tuple(range(k % 4 * 2, k % 4 * 2 + 2)))
+    )
+    services = tuple(Service(f"s{k}", tuple((d, 8000) for d in (1, 2, 4, 8)),
+                             tuple((d, 2.0 + 1.0 / d) for d in (1, 2, 4, 8)))
+                     for k in range(SERVICES))
+    free = tuple(g for g in range(gpus) if g not in set(busy))
+    pool = GpuPool("gpu", free, gpus, 8, residents, services, 80_000)
+    return Snapshot(0.0, tuple(waiting), (pool,), running)
+
+
+def gpu_rows(repeats: int) -> list[Row]:
+    """(c): the service-aware GPU scheduler against the paper's allocator on 40 GPUs, 256
+    waiting jobs of 8 services, half the GPUs busy (warm: the same jobs every call)."""
+    snapshot = gpu_snapshot(256, 40, seed=17)
+    rows = []
+    for case, decider in (("decide_replicas", decide_replicas), ("decide", decide)):
+        wall, cpu = timed(lambda d=decider: d(snapshot), repeats)  # type: ignore[misc]
+        rows.append(Row(f"{case}, GPU 40 (5x8), 8 services, half busy", 256, 20, 4, 0,
+                        statistics.median(wall) * 1e3, p90(wall) * 1e3,
+                        statistics.median(cpu) * 1e3))
+    return rows
+
+
 def render(rows: Sequence[Row]) -> str:
     """The table as text."""
     header = (
@@ -217,7 +267,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=200, help="calls of decide per case")
     parser.add_argument("--naive-repeats", type=int, default=5, help="calls of the naive one")
     args = parser.parse_args(argv)
-    rows = decision_rows(args.repeats) + comparison_rows(args.repeats, args.naive_repeats)
+    rows = (decision_rows(args.repeats) + comparison_rows(args.repeats, args.naive_repeats)
+            + gpu_rows(args.repeats))
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     machine = (
         f"python {platform.python_version()}, numpy {np.__version__}, "

@@ -208,6 +208,8 @@ class Planner:
         self._occupied: dict[bool, frozenset[int]] = {}
         self._replicas: dict[tuple[str, int], list[Resident]] = {}
         self.bookings: dict[str, Booking] = {}
+        self._restore: dict[tuple[str, int], float] = {}
+        self._memory: dict[tuple[str, int], int] = {}
 
     def run(self) -> tuple[list[Start], list[str]]:
         """The starts (in queue order) and the jobs no chunk of the pool can ever serve."""
@@ -327,14 +329,23 @@ class Planner:
 
     def restore_s(self, service: str, units: int) -> float:
         """Seconds to restore `service` onto `units` GPUs (0 for a job without a service)."""
-        if not service:
-            return 0.0
-        known = self.services.get(service, Service(service)).restore_at(units)
-        return self.config.default_restore_s if known is None else known
+        key = (service, units)
+        cached = self._restore.get(key)
+        if cached is None:
+            known = self.services.get(service, Service(service)).restore_at(units)
+            cached = self._restore[key] = (
+                0.0 if not service else self.config.default_restore_s if known is None
+                else known)
+        return cached
 
     def memory_mb(self, service: str, units: int) -> int:
         """Memory per GPU `service` needs on `units` GPUs."""
-        return self.services.get(service, Service(service)).memory_at(units)
+        key = (service, units)
+        cached = self._memory.get(key)
+        if cached is None:
+            cached = self._memory[key] = (
+                self.services.get(service, Service(service)).memory_at(units))
+        return cached
 
     def evictions(self, service: str, chunk: Chunk, units: int,
                   start: float) -> list[Resident] | None:
@@ -367,8 +378,9 @@ class Planner:
             self.busy_pins |= {name}
         self.tick += 1
         views = [self.planned, self.actual] if booking.start <= self.now else [self.planned]
-        self._occupied.clear()
-        self._replicas.clear()
+        if booking.evict or any(name not in view for view in views):
+            self._occupied.clear()
+            self._replicas.clear()
         for view in views:
             for evicted in booking.evict:
                 view.pop(evicted, None)

@@ -15,8 +15,8 @@ books the option with the least *cost* among
 * **a restore** of its service onto an aligned chunk of an allowed size (replica scaling): it
   starts when the chunk is free, takes the service's restore time, and unloads the
   least-recently-used residents there that memory requires (`plan_placement`, exactly as the
-  GPU manager will). A chunk whose plan would unload a replica an earlier job has booked is not
-  used.
+  GPU manager will; never a service that is running). A chunk whose plan would unload a
+  replica an earlier job has booked is not used.
 
 The cost of an option is its expected completion (start + restore + run) plus the *backlog
 term*: the GPU-seconds it holds (restore included) times the jobs queued behind it per GPU of
@@ -32,7 +32,8 @@ throughput per GPU, when a burst comes.
 
 Jobs whose booking starts now start. A later job may start now only on GPUs that no earlier
 booking needs before it is expected to finish (**backfilling**), so with right estimates
-nothing overtakes a job and delays it. **Starvation bound:** a job that has waited
+nothing overtakes a job and delays it; a running job past its expected finish counts as ending
+any moment, so nothing backfills in front of it. **Starvation bound:** a job that has waited
 `max_bypass_s` is *overdue*: no later job may start on the GPUs of its booking at all, so it
 starts as soon as the work running there ends, whatever the estimates.
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from tangram_celery.errors import ValidationError
+from tangram_celery.errors import ServiceError, ValidationError
 from tangram_celery.reward.executor import RewardExecutor
 from tangram_celery.reward.server import TritonServer
+from tangram_celery.reward.triton import TritonClient, load_repository
 
 pytestmark = pytest.mark.slow
 
@@ -87,3 +88,54 @@ def test_concurrent_requests_batch_without_mixing_rows(executor: RewardExecutor)
 def test_a_bad_row_gets_a_clear_error(executor: RewardExecutor) -> None:
     with pytest.raises(ValidationError, match="response\\[0\\] is not valid UTF-8"):
         executor.run("semantic_similarity", {"response": b"\xc3", "reference": "x"}, (0,))
+
+
+MIXED = [
+    (GUITAR, PARAPHRASE),
+    (" ".join([UNRELATED] * 12), UNRELATED),
+    (PARAPHRASE, " ".join([GUITAR, UNRELATED] * 5)),
+    ("Yes.", GUITAR),
+    (" ".join([PARAPHRASE] * 30), " ".join([PARAPHRASE] * 30)),
+    (UNRELATED, "Shares dropped a lot on the exchange."),
+]
+
+
+@pytest.fixture(scope="module")
+def small_passes(triton_server: TritonServer, repository: Path) -> Iterator[TritonClient]:
+    """semantic_similarity loaded with passes of at most 8 padded tokens (two texts each)."""
+    spec = load_repository(repository)["semantic_similarity"]
+    client = TritonClient(triton_server.http_url)
+    client.load("ss_small_passes", files=spec.files,
+                config=spec.override("ss_small_passes", [{"kind": "KIND_CPU", "count": 1}],
+                                     {"batch_tokens": "8"}))
+    yield client
+    client.unload("ss_small_passes")
+    client.close()
+
+
+def test_length_sorted_passes_keep_every_row_its_own_score(
+    executor: RewardExecutor, small_passes: TritonClient, repository: Path
+) -> None:
+    alone = [score(executor, response, reference) for response, reference in MIXED]
+    inputs = {"response": [r for r, _ in MIXED], "reference": [ref for _, ref in MIXED]}
+    one_pass = executor.run("semantic_similarity", inputs, (0,)).output["reward"]
+    spec = load_repository(repository)["semantic_similarity"]
+    arrays, single = spec.encode(inputs)
+    many_passes = spec.decode(small_passes.infer("ss_small_passes", spec, arrays), single)
+    assert one_pass == pytest.approx(alone, abs=1e-4)
+    assert many_passes["reward"] == pytest.approx(alone, abs=1e-4)
+    assert len(set(round(v, 3) for v in alone)) == len(alone)  # a mix-up would show
+
+
+def test_batch_tokens_is_checked_at_load(
+    triton_server: TritonServer, repository: Path
+) -> None:
+    spec = load_repository(repository)["semantic_similarity"]
+    client = TritonClient(triton_server.http_url)
+    try:
+        with pytest.raises(ServiceError, match="batch_tokens"):
+            client.load("ss_bad_tokens", files=spec.files,
+                        config=spec.override("ss_bad_tokens", [{"kind": "KIND_CPU", "count": 1}],
+                                             {"batch_tokens": "0"}))
+    finally:
+        client.close()

@@ -11,7 +11,9 @@ response is equivalent to the reference and 0.0 otherwise:
 3. if both read as numbers (integer, decimal, scientific or ``a/b``) they are compared exactly as
    fractions, with a relative tolerance of 1e-6 for rounded decimals; otherwise as strings.
 
-The model is self-contained (numpy and the standard library only), so the GPU manager can upload
+All rows of all requests of one dynamic batch are scored in one pass, each distinct text parsed
+once (the responses of one prompt share their reference). The model is self-contained (numpy and
+the standard library only), so the GPU manager can upload
 this file as-is under another model name. Its tensor names and dtypes come from ``config.pbtxt``,
 which ``initialize`` checks. A malformed request (a row that is not UTF-8, too long, or mismatched
 batch sizes) gets an error response of its own; the other requests of the batch are answered.
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -103,19 +106,49 @@ def as_number(text: str) -> Fraction | None:
     return None
 
 
+Form = tuple[str, Fraction | None]
+"""A text's final answer, normalised, and its value when it is a number."""
+
+
+def canonical(text: str) -> Form:
+    """The :data:`Form` of the final answer of ``text``."""
+    answer = normalise(final_answer(text))
+    return answer, as_number(answer) if answer else None
+
+
+def matches(got: Form, want: Form) -> bool:
+    """Whether two final answers are equivalent (see the module docstring)."""
+    if not got[0] or not want[0]:
+        return False
+    if got[1] is not None and want[1] is not None:
+        if got[1] == want[1]:
+            return True
+        scale = max(Fraction(1), abs(want[1]))
+        return abs(got[1] - want[1]) <= Fraction(TOLERANCE) * scale
+    return got[0] == want[0]
+
+
 def equivalent(response: str, reference: str) -> bool:
     """Whether the response's final answer matches the reference's."""
-    got = normalise(final_answer(response))
-    want = normalise(final_answer(reference))
-    if not got or not want:
-        return False
-    got_number, want_number = as_number(got), as_number(want)
-    if got_number is not None and want_number is not None:
-        if got_number == want_number:
-            return True
-        scale = max(Fraction(1), abs(want_number))
-        return abs(got_number - want_number) <= Fraction(TOLERANCE) * scale
-    return got == want
+    return matches(canonical(response), canonical(reference))
+
+
+def score_rows(pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+    """The rewards of the (response, reference) rows of a whole batch, as float32.
+
+    Each distinct text is parsed once per batch: the responses of one prompt (a GRPO group)
+    share their reference.
+    """
+    forms: dict[str, Form] = {}
+
+    def form(text: str) -> Form:
+        found = forms.get(text)
+        if found is None:
+            found = forms[text] = canonical(text)
+        return found
+
+    return np.fromiter((matches(form(r), form(ref)) for r, ref in pairs), dtype=np.float32,
+                       count=len(pairs))
 
 
 def check_tensors(config: dict[str, Any]) -> None:
@@ -158,29 +191,34 @@ class TritonPythonModel:
             raise ValueError(f"parameter max_chars={raw!r} must be a positive integer")
 
     def execute(self, requests: list[Any]) -> list[Any]:
-        """One response per request; a bad request gets an error response of its own."""
-        responses = []
+        """Score the rows of every request of the batch in one pass; one response per request,
+        and a bad request gets an error response of its own."""
+        read: list[list[tuple[str, str]] | str] = []
         for request in requests:
             try:
-                responses.append(self._score(request))
+                read.append(self._read(request))
             except RequestError as exc:
-                error = pb_utils.TritonError(
-                    f"invalid request: {exc}", pb_utils.TritonError.INVALID_ARG
-                )
+                read.append(f"invalid request: {exc}")
+        rewards = score_rows([pair for rows in read if not isinstance(rows, str) for pair in rows])
+        responses, offset = [], 0
+        for rows in read:
+            if isinstance(rows, str):
+                error = pb_utils.TritonError(rows, pb_utils.TritonError.INVALID_ARG)
                 responses.append(pb_utils.InferenceResponse(output_tensors=[], error=error))
+                continue
+            chunk = rewards[offset:offset + len(rows)].reshape(-1, 1)
+            offset += len(rows)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("reward", chunk)]))
         return responses
 
-    def _score(self, request: Any) -> Any:
+    def _read(self, request: Any) -> list[tuple[str, str]]:
         responses = read_rows(request, "response", self.max_chars)
         references = read_rows(request, "reference", self.max_chars)
         if len(responses) != len(references):
             raise RequestError(
                 f"response has {len(responses)} rows but reference has {len(references)}"
             )
-        pairs = zip(responses, references, strict=True)
-        rewards = [1.0 if equivalent(r, ref) else 0.0 for r, ref in pairs]
-        tensor = pb_utils.Tensor("reward", np.asarray(rewards, dtype=np.float32).reshape(-1, 1))
-        return pb_utils.InferenceResponse(output_tensors=[tensor])
+        return list(zip(responses, references, strict=True))
 
     def finalize(self) -> None:
         """Nothing to release."""

@@ -1,0 +1,1 @@
+"""Emulated teachers for the real-stack MOPD benchmark: :mod:`.model`, :mod:`.repository`."""

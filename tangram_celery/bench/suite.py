@@ -3,6 +3,7 @@
     tangram bench coding --mode sim --sweep batch --out docs
     tangram bench mopd --mode sim --sweep gpus --systems tangram,static,fixed-dop-4,celery
     tangram bench coding --mode real --systems tangram,fixed-dop-4,celery --batch 8 --cores 8
+    tangram bench mopd --mode real [--batch 48] [--gpus 24] [--time-scale 0.25]
     tangram bench trace --trace mine.jsonl --mode sim
     tangram bench robustness [--scale 4] [--ablations]   (see bench.robustness)
 
@@ -17,6 +18,9 @@ file, see :mod:`tangram_celery.bench.workloads.trace`). Systems: see
 
 ``<name>`` is ``<workload>-<mode>[-<sweep>][-<tag>]``. The real mode also simulates the same
 workload on the same single node (preset ``sim``), so the two orderings compare like with like.
+The real mode runs ``coding`` (one CPU node worker, :mod:`tangram_celery.bench.elastic`) and
+``mopd`` (GPU pool workers on a real tritonserver with emulated teachers, at ``--time-scale``,
+:mod:`tangram_celery.bench.mopd_real`; simulated beside it on the same GPUs at the same scale).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -45,7 +49,13 @@ from tangram_celery.bench.summary import Summary, summarize
 from tangram_celery.bench.tables import gpu_parity
 from tangram_celery.bench.workloads import GENERATORS, Workload, read_trace
 
+if TYPE_CHECKING:
+    from tangram_celery.bench.mopd_real import RealGpuConfig
+
 REAL_SYSTEMS = ("tangram", "tangram:ersa", "fixed-dop-4", "celery")
+REAL_GPU_SYSTEMS = ("tangram", "tangram:ersa", "celery", "static")
+"""The systems of ``mopd --mode real`` (:data:`tangram_celery.bench.mopd_real.SYSTEMS`)."""
+REAL_WORKLOADS = ("coding", "mopd")
 FIELDS = ("trajectory", "index", "kind", "node", "units", "submitted", "started", "finished",
           "queue", "exec", "overhead", "total")
 Runner = Callable[[Workload, str, Point, str, Callable[[int], None]], RunResult]
@@ -58,15 +68,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("workload", choices=[*sorted(GENERATORS), "trace"])
     parser.add_argument("--systems", default=None,
                         help="comma-separated systems (sim default: "
-                             f"{','.join(DEFAULT_SYSTEMS)}; real: {','.join(REAL_SYSTEMS)})")
+                             f"{','.join(DEFAULT_SYSTEMS)}; real: {','.join(REAL_SYSTEMS)}; "
+                             f"mopd real: {','.join(REAL_GPU_SYSTEMS)})")
     parser.add_argument("--mode", choices=("sim", "real"), default="sim")
     parser.add_argument("--sweep", choices=sorted(SWEEPS), default=None)
     parser.add_argument("--points", default=None, help="comma-separated sweep values")
     parser.add_argument("--batch", type=int, default=None,
-                        help="trajectories (samples per step for mopd); sim 1280, real 8")
+                        help="trajectories (samples per step for mopd); sim 1280, real 8 "
+                             "(mopd real 48)")
     parser.add_argument("--cores", type=int, default=None,
                         help="CPU cores: sim 1280 (multiple of 256), real: one node's cores (8)")
-    parser.add_argument("--gpus", type=int, default=40, help="GPUs (multiple of 8)")
+    parser.add_argument("--gpus", type=int, default=None,
+                        help="GPUs (multiple of 8): 40, mopd real 24 (static needs 20 to host "
+                             "one replica of each of the 8 teachers)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--costs", default="sched,cp",
                         help="cost presets: sched (scheduling alone), cp (control plane)")
@@ -76,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="GPU service restore: fixed seconds (default 2.0)")
     parser.add_argument("--restore-gbps", type=float, default=None,
                         help="GPU service restore: GB/s per GPU (default 10)")
+    parser.add_argument("--time-scale", type=float, default=None,
+                        help="mopd real: every duration (think, teacher call, restore) times "
+                             "this (default 0.25)")
     parser.add_argument("--out", type=Path, default=Path("bench-results"))
     parser.add_argument("--tag", default="", help="suffix of the output names (variants)")
     return parser
@@ -120,12 +137,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 def resolve(args: argparse.Namespace) -> Plan:
     """The plan of an invocation; ValueError names what is wrong with the arguments."""
     real = args.mode == "real"
-    if real and args.workload != "coding":
-        raise ValueError("the real-stack mode runs the coding workload")
-    base = Point(batch=args.batch or (8 if real else 1280),
-                 cores=args.cores or (8 if real else 1280), gpus=args.gpus)
+    if real and args.workload not in REAL_WORKLOADS:
+        raise ValueError(f"the real-stack mode runs the {' and '.join(REAL_WORKLOADS)} "
+                         "workloads")
+    gpu_real = real and args.workload == "mopd"
+    if args.time_scale is not None and not gpu_real:
+        raise ValueError("--time-scale applies to mopd --mode real only")
+    if gpu_real and args.sweep in ("cores", "parallel"):
+        raise ValueError(f"mopd --mode real sweeps batch or gpus, not {args.sweep}")
+    batch, gpus = (8 if real else 1280), 40
+    if gpu_real:
+        from tangram_celery.bench import mopd_real
+
+        batch, gpus = mopd_real.DEFAULT_BATCH, mopd_real.DEFAULT_GPUS
+    base = Point(batch=args.batch or batch, cores=args.cores or (8 if real else 1280),
+                 gpus=args.gpus or gpus)
     values = tuple(float(v) for v in args.points.split(",")) if args.points else None
-    default = REAL_SYSTEMS if real else DEFAULT_SYSTEMS
+    if gpu_real:
+        for point in points(base, args.sweep, values):
+            _gpu_config(args, point)
+    default = REAL_GPU_SYSTEMS if gpu_real else REAL_SYSTEMS if real else DEFAULT_SYSTEMS
     systems = args.systems.split(",") if args.systems else list(default)
     presets = ["real", "sim"] if real else args.costs.split(",")
     unknown = [p for p in presets if p not in PRESETS and not real]
@@ -139,6 +170,11 @@ def resolve(args: argparse.Namespace) -> Plan:
     trace = read_trace(args.trace) if args.workload == "trace" else None
 
     def workload(point: Point) -> Workload:
+        if gpu_real:
+            from tangram_celery.bench import mopd_real
+
+            scale = _gpu_config(args, point).time_scale
+            return mopd_real.real_workload(point.batch, args.seed, scale)
         if real:
             from tangram_celery.bench.elastic import real_workload
 
@@ -146,6 +182,18 @@ def resolve(args: argparse.Namespace) -> Plan:
         return workload_at(args.workload, point, args.seed, trace)
 
     return Plan(points(base, args.sweep, values), base, systems, presets, workload)
+
+
+def _gpu_config(args: argparse.Namespace, point: Point) -> RealGpuConfig:
+    """The emulated hardware of ``mopd --mode real`` at ``point``."""
+    from tangram_celery.bench import mopd_real
+
+    given = physics(args)
+    scale = mopd_real.DEFAULT_TIME_SCALE if args.time_scale is None else args.time_scale
+    return mopd_real.RealGpuConfig(
+        gpus=point.gpus, time_scale=scale,
+        load_init_s=given.get("load_init_s", Cluster.load_init_s),
+        restore_gbps=given.get("restore_gbps", Cluster.restore_gbps))
 
 
 def physics(args: argparse.Namespace) -> dict[str, float]:
@@ -161,6 +209,15 @@ def _runner(args: argparse.Namespace) -> Runner:
 
     def run(workload: Workload, system: str, point: Point, preset: str,
             tick: Callable[[int], None]) -> RunResult:
+        if args.mode == "real" and args.workload == "mopd":
+            from tangram_celery.bench import mopd_real
+
+            config = _gpu_config(args, point)
+            if preset == "real":
+                return mopd_real.run_real(workload, system, config, point.as_dict(), tick)
+            return simulate(workload, system, config.cluster(), mopd_real.SIM_COSTS,
+                            seed=args.seed, point=point.as_dict(), progress=tick,
+                            default_policy=args.policy)
         if preset == "real":
             from tangram_celery.bench.elastic import run_real
 
@@ -226,7 +283,7 @@ def _write(args: argparse.Namespace, command: str, plan: Plan, results: list[Run
     top = [s for s in summaries if s.point == chosen]
     plotted = _plots(folder, name, args.sweep, plan.presets, results, summaries, chosen)
     setup = _setup(args, plan.points, results)
-    notes = _notes(args, plan, summaries)
+    notes = _notes(args, plan, summaries, results)
     text = section(Section(name, command, setup, tuple(plan.presets), args.sweep, top,
                            summaries, plotted, notes))
     (folder / f"{name}.md").write_text(text + "\n")
@@ -238,7 +295,12 @@ def _write(args: argparse.Namespace, command: str, plan: Plan, results: list[Run
     print(text)
 
 
-def _notes(args: argparse.Namespace, plan: Plan, summaries: list[Summary]) -> tuple[str, ...]:
+def _notes(args: argparse.Namespace, plan: Plan, summaries: list[Summary],
+           results: list[RunResult]) -> tuple[str, ...]:
+    if args.mode == "real" and args.workload == "mopd":
+        from tangram_celery.bench.mopd_real import report_notes
+
+        return report_notes(_gpu_config(args, plan.base), summaries, results)
     if args.sweep == "gpus":
         return tuple(gpu_parity(summaries, preset) for preset in plan.presets)
     if args.mode == "real":
@@ -276,6 +338,10 @@ def _plots(folder: Path, name: str, sweep: str | None, presets: list[str],
 def _setup(args: argparse.Namespace, all_points: list[Point],
            results: list[RunResult]) -> str:
     wall = sum(r.wall_s for r in results)
+    if args.mode == "real" and args.workload == "mopd":
+        from tangram_celery.bench.mopd_real import setup_text
+
+        return setup_text(_gpu_config(args, all_points[0]), all_points, args.seed, results)
     if args.mode == "real":
         return (f"Real stack on this machine: one CPU node worker with {all_points[0].cores} "
                 "emulated cores (units are real exclusive allocations; work is emulated by "

@@ -62,7 +62,10 @@ def test_trace_replay_and_bad_arguments(tmp_path: Path) -> None:
     assert (tmp_path / "bench" / "trace-sim.md").exists()
     assert main(["trace", "--out", str(tmp_path)]) == 2
     assert main(["coding", "--costs", "nope", "--out", str(tmp_path)]) == 2
-    assert main(["mopd", "--mode", "real", "--out", str(tmp_path)]) == 2
+    assert main(["deepsearch", "--mode", "real", "--out", str(tmp_path)]) == 2
+    assert main(["mopd", "--mode", "real", "--time-scale", "0", "--out", str(tmp_path)]) == 2
+    assert main(["mopd", "--mode", "real", "--gpus", "12", "--out", str(tmp_path)]) == 2
+    assert main(["coding", "--time-scale", "0.5", "--out", str(tmp_path)]) == 2
 
 
 def test_robustness_sweep_prints_the_comparison(tmp_path: Path,

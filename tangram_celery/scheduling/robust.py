@@ -29,6 +29,12 @@ paper's allocator (`ersa.settle`), which spreads the long room over the elastic 
 its DP and eviction. Each idea has a switch (`RobustConfig`), so each can be measured alone.
 Pools whose fit depends on topology (GPU chunks) get the paper's allocator unchanged.
 
+* **Core loans** (`loans`, `RobustPolicy.lend`): a short job the decision leaves waiting
+  starts at once on a core lent by a running job that is not short (an elastic test run, say)
+  and stays queued; when the decision starts it, it moves onto its own cores
+  (`tangram_celery.scheduling.loans`). Short jobs so never wait while some running job can
+  spare a core, the decisions stay the ones above, and the lender runs slower while it lends.
+
 `RobustPolicy` is the stateful callable the simulator and the node worker hold: it feeds a
 `DemandTracker` and remembers which running jobs it started as short.
 """
@@ -37,7 +43,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import cast
@@ -51,6 +57,7 @@ from tangram_celery.scheduling.demand import (
     job_class,
 )
 from tangram_celery.scheduling.ersa import SchedulerConfig, settle
+from tangram_celery.scheduling.loans import Holder, Loan, LoanConfig, plan_loans
 from tangram_celery.scheduling.types import Core, CpuPool, Decision, Job, Pool, Snapshot
 
 
@@ -67,6 +74,7 @@ class RobustConfig:
     `reserve_z`: safety factor of the reserve (standard deviations of short load).
     `max_reserve`: the largest share of a pool the reserve may take.
     `max_bypass_s`: after waiting this long a job is overtaken by nothing (starvation bound).
+    `loans`: short jobs left waiting borrow cores of running jobs (`loan_config`).
     """
 
     base: SchedulerConfig = field(default_factory=SchedulerConfig)
@@ -81,6 +89,7 @@ class RobustConfig:
     horizon: bool = True
     max_units: int | None = None
     burstiness: float = 4.0
+    loans: bool = True
 
     def __post_init__(self) -> None:
         if not self.utilisation > 0 or not 0 <= self.max_reserve < 1:
@@ -111,6 +120,12 @@ def _slack(demand: Demand, total: int) -> int:
     """Units the forecast leaves idle with every elastic job at one unit (the least work)."""
     least = demand.elastic_rate * demand.elastic_time[0] if demand.elastic_time else 0.0
     return math.floor(total - demand.short_load - demand.long_load - least)
+
+
+def loan_config(config: RobustConfig) -> LoanConfig:
+    """The loan settings that go with `config`: the same short threshold and overdue age."""
+    return LoanConfig(config.loans, config.demand.short_s, config.max_bypass_s,
+                      fallback_s=config.base.fallback_duration)
 
 
 CAPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
@@ -271,3 +286,12 @@ class RobustPolicy:
         self.short_running |= {job.job_id for job in snapshot.waiting
                                if job.job_id in started and job_class(job, short_s) == "short"}
         return decision
+
+    def lend(self, waiting: Sequence[Job], holders: Sequence[Holder], now: float,
+             may_borrow: Collection[str] | None = None) -> tuple[Loan, ...]:
+        """Loans for the short jobs among `waiting` (left waiting by the last decision; only
+        those in `may_borrow`, if given) from the running `holders`; the jobs it started as
+        short never lend (`loans.plan_loans`)."""
+        holders = [h if h.job_id not in self.short_running or not h.lends else
+                   Holder(h.job_id, h.units, h.expected_finish, h.lent, False) for h in holders]
+        return plan_loans(waiting, holders, now, loan_config(self.config), may_borrow)

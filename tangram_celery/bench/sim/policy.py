@@ -53,6 +53,7 @@ ABLATIONS: dict[str, RobustConfig] = {
     "robust-no-reserve": RobustConfig(reserve=False),
     "robust-no-backfill": RobustConfig(backfill=False),
     "robust-no-horizon": RobustConfig(horizon=False),
+    "robust-no-loans": RobustConfig(loans=False),
 }
 """The robust scheduler with one idea switched off, to measure what each one brings."""
 

@@ -17,7 +17,9 @@ RLIMIT_NPROC and file ownership never mix trajectories. Per action, a cgroup v1 
 controller caps memory and pids and pins the cpuset to the allocated cores (CPU affinity via
 ``taskset`` where cpuset is not writable). The wall-clock timeout SIGKILLs bubblewrap, whose death
 takes down the sandbox's pid namespace (``--die-with-parent``), and then every pid left in the
-cgroups.
+cgroups. :meth:`BwrapBackend.repin` moves a running action onto other cores (its cpuset), which
+is how a node lends a core of a running action to a short one (core loans,
+:mod:`tangram_celery.scheduling.loans`).
 """
 
 from __future__ import annotations
@@ -103,13 +105,23 @@ WRAP_SCRIPT = "printf '\\036tangram-sandbox-ready\\036' >&2; /bin/sh -c \"$1\""
 
 
 @dataclass
+class _Pin:
+    """A running action's cores (as the cpuset holds them now) and its cgroups."""
+
+    cores: tuple[int, ...]
+    group: ActionCgroup
+
+
+@dataclass
 class _Trajectory:
-    """A live trajectory: its uid, work dir and the processes of its running actions."""
+    """A live trajectory: its uid, work dir and the processes and pins of its running
+    actions."""
 
     trajectory_id: str
     uid: int
     path: Path
     procs: set[subprocess.Popen[bytes]] = field(default_factory=set)
+    pins: list[_Pin] = field(default_factory=list)
     active: int = 0
     ended: bool = False
     exceeded: bool = False
@@ -328,6 +340,29 @@ class BwrapBackend:
         finally:
             self._leave(traj)
 
+    def repin(self, trajectory_id: str, cores: tuple[int, ...], new_cores: tuple[int, ...]
+              ) -> bool:
+        """Move the running action of ``trajectory_id`` pinned to ``cores`` onto ``new_cores``
+        (its cgroup cpuset: its processes leave the other cores at once). False, changing
+        nothing, when no such action holds a cpuset group (not started yet, finished, or no
+        writable cpuset controller) or the cores are not this worker's: the caller must then
+        not lend those cores."""
+        want, to = _core_set(cores), _core_set(new_cores)
+        if not to or not set(to) <= self.available_cores:
+            return False
+        with self._lock:
+            traj = self._trajs.get(trajectory_id)
+            pin = next((p for p in traj.pins if p.cores == want), None) if traj else None
+            if pin is None:
+                return False
+            try:
+                if not pin.group.set_cpus(to):
+                    return False
+            except OSError:
+                return False
+            pin.cores = to
+            return True
+
     def end_trajectory(self, trajectory_id: str) -> None:
         """Kill the trajectory's running actions and remove its work dir; idempotent."""
         with self._lock:
@@ -457,9 +492,16 @@ class BwrapBackend:
 
     def _execute(self, spec: ExecSpec, traj: _Trajectory, t0: float) -> ExecOutcome:
         group = self._make_cgroup(spec, traj)
+        pin = None if group is None else _Pin(_core_set(spec.cores), group)
+        if pin is not None:
+            with self._lock:
+                traj.pins.append(pin)
         try:
             return self._spawn_and_wait(spec, traj, group, t0)
         finally:
+            if pin is not None:
+                with self._lock:
+                    traj.pins.remove(pin)
             if group is not None:
                 group.remove()
 
@@ -648,6 +690,10 @@ class BwrapBackend:
             with self._lock:
                 traj.exceeded = True
         return usage, exceeded
+
+
+def _core_set(cores: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(sorted(set(cores)))
 
 
 def _status(returncode: int, *, timed_out: bool) -> tuple[int | None, int | None]:

@@ -162,6 +162,16 @@ class ActionCgroup:
                 return int(value) > 0
         return False
 
+    def set_cpus(self, cpus: Iterable[int]) -> bool:
+        """Pin the action to ``cpus`` from now on (its cpuset; running processes move at once,
+        processes joining later are born there); False without a cpuset group. Raises OSError
+        when the kernel refuses the set (for example cores outside the parent's cpuset)."""
+        path = self.paths.get("cpuset")
+        if path is None:
+            return False
+        _write(path / "cpuset.cpus", format_cpus(cpus))
+        return True
+
     def kill(self, timeout_s: float = 2.0) -> bool:
         """SIGKILL everything left in the groups; True when they are empty."""
         return kill_group(self.paths.values(), time.monotonic() + timeout_s)

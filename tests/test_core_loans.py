@@ -163,3 +163,51 @@ def test_a_node_lends_a_core_of_a_running_test_run_to_a_short_action(
     held = next(r for r in records if r["action_id"] == lender["action_id"])
     assert [loan["action_id"] for loan in held["lent"]] == [borrower["action_id"]]
     check_exclusive(records)
+
+
+@pytest.mark.slow
+def test_a_borrower_admitted_while_it_runs_moves_onto_its_own_core(
+    settings: Settings, registry: Registry, backend: BwrapBackend, cpus: tuple[int, int]
+) -> None:
+    """Four units on the two CPUs (units 0 and 2 on the first, 1 and 3 on the second): test
+    runs a (3 s) and d (1 s) take two units each; a 2 s exec action arrives at t = 0.5 and
+    borrows unit 1 from a (d ends before it would). When d ends, the gate admits the exec's
+    request: it is re-pinned onto one of d's units and a has its unit back."""
+    first, second = cpus
+    node = CpuNode(settings, "move-node", 4, [first, second], 1024.0, backend, registry,
+                   policy=cpu_policy(settings, [first, second, first, second]))
+
+    def test_run(trajectory: str, seconds: float) -> dict[str, Any]:
+        return {"trajectory_id": trajectory, "kind": "test_run", "cost": {"cpu": [1, 2]},
+                "payload": {"cmd": affinity_sampler(seconds)}, "t1": 2 * seconds,
+                "elasticity": {"amdahl": 0.99}, "signature": f"move-{trajectory}"}
+
+    short = {"trajectory_id": "exec", "kind": "exec", "cost": {"cpu": 1},
+             "payload": {"cmd": affinity_sampler(2.0)}, "t1": 2.0, "signature": "move-exec"}
+    results: dict[str, dict[str, Any]] = {}
+    threads = [threading.Thread(target=lambda t=t, s=s: results.update(
+        {t: node.execute(test_run(t, s), time.time())})) for t, s in (("a", 3.0), ("d", 1.0))]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.05)
+    time.sleep(0.45)
+    received = time.time()
+    results["exec"] = node.execute(short, received)
+    for thread in threads:
+        thread.join(30.0)
+    node.stop()
+    a, d, borrower = results["a"], results["d"], results["exec"]
+    assert all(r["status"] == "ok" for r in (a, d, borrower)), results
+    assert sorted([a["units"], d["units"]]) == [[0, 1], [2, 3]]
+    assert a["units"] == [0, 1], "the longer test run lends"
+    assert borrower["units"] == [1] and borrower["timings"]["admitted"] - received < 0.5
+    records = registry.allocations("move-node")
+    own = [r for r in records if r["action_id"] == borrower["action_id"] and "lent_by" not in r]
+    loan = [r for r in records if r.get("lent_by") == a["action_id"]]
+    assert len(own) == 1 and own[0]["units"][0] in (2, 3) and len(loan) == 1
+    assert loan[0]["end"] == pytest.approx(own[0]["start"], abs=0.05), "moved on admission"
+    moved_to = (first, second)[own[0]["units"][0] % 2]
+    seen = parse(borrower["output"]["stdout"])
+    assert seen[0] == [second] and seen[-1] == [moved_to], seen
+    assert parse(a["output"]["stdout"])[-2:] == [[first], [first, second]]
+    check_exclusive(records)

@@ -25,9 +25,10 @@ Counts only: pools whose fit depends on topology (GPU chunks) are not planned he
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from operator import attrgetter
+from dataclasses import dataclass
+from operator import itemgetter
 
 
 @dataclass(frozen=True)
@@ -50,9 +51,9 @@ class Waiting:
         """The expected duration at the smallest unit count."""
         return self.options[0][1]
 
-    def at(self, units: int) -> Waiting:
-        """The job held to `units` (one of its counts)."""
-        return replace(self, options=tuple(o for o in self.options if o[0] == units))
+    def held_to(self, option: tuple[int, float]) -> Waiting:
+        """The job held to one of its options."""
+        return Waiting(self.job_id, (option,), self.short, self.overdue)
 
 
 @dataclass(frozen=True)
@@ -131,11 +132,12 @@ def plan(
                 free)
     chosen: list[Waiting] = []
     shadow: Shadow | None = None
-    for index, job in enumerate(queue):
+    blocked = sum(not job.short for job in queue)
+    for job in queue:
+        blocked -= not job.short  # the non-short jobs queued behind this one
         if shadow is None:
             own = _reserve_for(job, reserve, total)
             room = held.room(own, total)
-            blocked = sum(not later.short for later in queue[index + 1:])
             pick = job if len(job.options) == 1 else _best_start(job, busy, chosen, room, total,
                                                                  own, now, blocked)
             if pick.units <= room:
@@ -164,10 +166,12 @@ def _best_start(job: Waiting, busy: Sequence[Busy], chosen: Sequence[Waiting], r
     expected finish, starting when the room for it is expected to be free, where a wait costs
     once more for each of the `blocked` non-short jobs queued behind (they wait too). Starting
     now, the job is held only to its minimum: the paper's allocator spreads the room."""
-    fitting = [option for option in job.options if option[0] <= room]
-    best = min(fitting, key=lambda o: (o[1], o[0])) if fitting else None
-    if best is not None and best[0] == job.options[-1][0]:
-        return job.at(job.units)
+    options = job.options
+    fitting = options if options[-1][0] <= room else \
+        options[:bisect_right(options, room, key=_UNITS)]
+    best = min(fitting, key=_FASTEST) if fitting else None
+    if best is not None and best[0] == options[-1][0]:
+        return job.held_to(options[0])
     timeline = _timeline(busy, chosen, now)
     finish = math.inf if best is None else now + best[1]
     for units, duration in job.options:
@@ -178,7 +182,12 @@ def _best_start(job: Waiting, busy: Sequence[Busy], chosen: Sequence[Waiting], r
         if cost < finish:
             best, finish = (units, duration), cost
     assert best is not None, "an empty pool holds every job's counts"
-    return job.at(job.units if best[0] <= room else best[0])
+    return job.held_to(options[0] if best[0] <= room else best)
+
+
+_UNITS = itemgetter(0)
+_FASTEST = itemgetter(1, 0)
+"""An option's unit count; its (duration, units), the order `_best_start` prefers."""
 
 
 Timeline = list[tuple[float, int, int]]
@@ -186,16 +195,17 @@ Timeline = list[tuple[float, int, int]]
 
 
 def _timeline(busy: Sequence[Busy], chosen: Sequence[Waiting], now: float) -> Timeline:
-    events = [*busy, *(Busy(j.units, now + j.duration, j.short) for j in chosen)]
-    short = sum(b.units for b in events if b.short)
-    other = sum(b.units for b in events if not b.short)
+    events = [(b.finish, b.units, b.short) for b in busy]
+    events += [(now + j.options[0][1], j.options[0][0], j.short) for j in chosen]
+    short = sum(units for _, units, is_short in events if is_short)
+    other = sum(units for _, units, is_short in events if not is_short)
     points = [(now, other, short)]
-    for event in sorted(events, key=attrgetter("finish")):
-        if event.short:
-            short -= event.units
+    for finish, units, is_short in sorted(events, key=_UNITS):
+        if is_short:
+            short -= units
         else:
-            other -= event.units
-        points.append((max(event.finish, now), other, short))
+            other -= units
+        points.append((max(finish, now), other, short))
     return points
 
 

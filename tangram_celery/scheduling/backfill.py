@@ -174,10 +174,14 @@ def _best_start(job: Waiting, busy: Sequence[Busy], chosen: Sequence[Waiting], r
         return job.held_to(options[0])
     timeline = _timeline(busy, chosen, now)
     finish = math.inf if best is None else now + best[1]
-    for units, duration in job.options:
+    at = 0  # the room only grows along the timeline: each larger count fits no earlier
+    for units, duration in options:
         if units <= room:
             continue
-        start = _fits_at(timeline, units, total, reserve, now)
+        while at < len(timeline) and \
+                total - timeline[at][1] - max(timeline[at][2], reserve) < units:
+            at += 1
+        start = max(timeline[at][0], now) if at < len(timeline) else math.inf
         cost = start + duration + (start - now) * blocked
         if cost < finish:
             best, finish = (units, duration), cost
@@ -207,14 +211,6 @@ def _timeline(busy: Sequence[Busy], chosen: Sequence[Waiting], now: float) -> Ti
             other -= units
         points.append((max(finish, now), other, short))
     return points
-
-
-def _fits_at(timeline: Timeline, units: int, total: int, reserve: int, now: float) -> float:
-    """The first time the room is expected to hold `units` (inf if never)."""
-    for time, other, short in timeline:
-        if total - other - max(short, reserve) >= units:
-            return max(time, now)
-    return math.inf
 
 
 def _reserve_for(job: Waiting, reserve: int, total: int) -> int:

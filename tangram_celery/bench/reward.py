@@ -375,16 +375,18 @@ def bench_model(
     rounds: int,
     seconds: float,
     perf_analyzer: Path | None = None,
+    parameters: Mapping[str, str] | None = None,
 ) -> ModelResult:
-    """Every figure of one model; loads and unloads its own bench names."""
+    """Every figure of one model; loads and unloads its own bench names. ``parameters``
+    override config parameters of both variants alike (e.g. ``cpu_threads``)."""
     client = make_client()
     pool = samples(spec.name)
     names = {b: variant_name(spec.name, b) for b in (True, False)}
     try:
         load_p50 = measure_load(client, spec, f"{spec.name}__bench_load", loads)
         for batching, name in names.items():
-            client.load(name, config=spec.override(name, CPU_ONE, dynamic_batching=batching),
-                        files=spec.files)
+            config = spec.override(name, CPU_ONE, parameters, dynamic_batching=batching)
+            client.load(name, config=config, files=spec.files)
         try:
             latencies = measure_latency(client, spec, names[True], pool, requests)
 
@@ -470,6 +472,7 @@ def run(args: argparse.Namespace, url: str) -> list[ModelResult]:
                 rounds=args.rounds,
                 seconds=args.seconds,
                 perf_analyzer=args.perf_analyzer,
+                parameters=dict(args.param),
             )
         )
     return results
@@ -484,6 +487,14 @@ def concurrency_list(raw: str) -> list[int]:
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"{raw!r}: give positive integers, e.g. 1,8,32,64")
     return values
+
+
+def parameter(raw: str) -> tuple[str, str]:
+    """``"KEY=VALUE"`` as a pair."""
+    key, sep, value = raw.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{raw!r}: give KEY=VALUE, e.g. cpu_threads=1")
+    return key.strip(), value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -501,6 +512,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=400, help="sequential latency requests")
     parser.add_argument("--loads", type=int, default=5, help="load cycles for light models")
     parser.add_argument("--heavy-loads", type=int, default=2, help="load cycles for MiniLM")
+    parser.add_argument("--param", type=parameter, action="append", default=[],
+                        metavar="KEY=VALUE",
+                        help="override a config parameter of both variants (repeatable)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--perf-analyzer", type=Path,
                         help="also measure with this perf_analyzer binary (see the docstring)")
@@ -514,10 +528,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         with TritonServer(args.repository) as server:
             url = server.http_url if args.protocol == "http" else server.grpc_url
             results = run(args, url)
+    overrides = "".join(f", {key}={value}" for key, value in args.param)
     header = (
         f"reward benchmark: tritonserver (nvidia-pytriton), python backend, one CPU instance "
-        f"per variant, {args.protocol}, {args.rounds} interleaved rounds of {args.seconds:g} s, "
-        f"{os.cpu_count()} cores, load average {before} before, {load_average()} after"
+        f"per variant{overrides}, {args.protocol}, {args.rounds} interleaved rounds of "
+        f"{args.seconds:g} s, {os.cpu_count()} cores, load average {before} before, "
+        f"{load_average()} after"
     )
     if args.json:
         print(json.dumps({"header": header, "models": [r.summary() for r in results]}, indent=2))

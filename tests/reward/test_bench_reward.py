@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tangram_celery.bench import reward as bench
+from tangram_celery.errors import ValidationError
 from tangram_celery.reward.server import TritonServer
 from tangram_celery.reward.triton import ModelSpec, TritonClient, load_repository
 
@@ -131,3 +132,14 @@ def test_main_prints_every_point_as_json(
         assert len(point["batched"]) == len(point["unbatched"]) == 2
         assert point["ratio"] == pytest.approx(point["batched_rps"] / point["unbatched_rps"])
         assert point["ratio_min"] <= point["ratio_max"]
+
+
+def test_param_parses_and_reaches_the_variants(triton_server: TritonServer) -> None:
+    assert bench.parameter("cpu_threads=1") == ("cpu_threads", "1")
+    with pytest.raises(argparse.ArgumentTypeError):
+        bench.parameter("cpu_threads")
+    # A row limit below every pooled response: the bench's own requests are refused.
+    with pytest.raises(ValidationError, match="limit 5"):
+        bench.main(["--url", triton_server.grpc_url, "--model", "answer_match", "--param",
+                    "max_chars=5", "--concurrency", "1", "--rounds", "1", "--seconds", "0.2",
+                    "--loads", "1", "--requests", "5"])

@@ -471,6 +471,8 @@ class Timings:
     completed: float = 0.0
     exec_s: float = 0.0
     setup_s: float = 0.0
+    sched_s: float = 0.0
+    """Wall seconds of the scheduling decision that admitted the action (part of its queue)."""
 
 
 @dataclass

@@ -112,6 +112,11 @@ class Admission:
         self._history = history
         self.records: list[AllocationRecord] = []
         self._open: dict[str, AllocationRecord] = {}
+        self._decided: dict[str, float] = {}
+        self.policy_calls = 0
+        """Policy calls so far."""
+        self.policy_s = 0.0
+        """Wall seconds spent in the policy so far (its share of ACT is the scheduling cost)."""
 
     @property
     def total(self) -> int:
@@ -163,6 +168,12 @@ class Admission:
             self._schedule_locked()
             return record
 
+    def decision_s(self, action_id: str) -> float:
+        """Wall seconds of the policy call that granted ``action_id`` its units (0 if none
+        did: it joined a batch or was never admitted); asked once, after ``acquire``."""
+        with self._lock:
+            return self._decided.pop(action_id, 0.0)
+
     def hand_over(self, action_ids: Sequence[str], units: tuple[int, ...]) -> list[str]:
         """Wake the waiting actions ``action_ids`` with ``units`` that a running action already
         holds (they join its batch: the units stay that action's and nothing is recorded for
@@ -189,8 +200,14 @@ class Admission:
             now=now,
         )
         by_id = {s.request.id: s for s in self._waiting}
-        for action_id, units in self._policy(state):
+        began = time.perf_counter()
+        grants = self._policy(state)
+        spent = time.perf_counter() - began
+        self.policy_calls += 1
+        self.policy_s += spent
+        for action_id, units in grants:
             self._grant_locked(by_id[action_id], units, now)
+            self._decided[action_id] = spent
 
     def _grant_locked(self, slot: _Slot, units: tuple[int, ...], now: float) -> None:
         taken = set(units)

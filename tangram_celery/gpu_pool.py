@@ -244,8 +244,10 @@ def reward_inputs(action: Action) -> tuple[str, Mapping[str, Any]]:
 def inventory_fields(
     gpus: int, free_gpus: int, worker: str, models: Sequence[str],
     residents: Sequence[tuple[str, Chunk]], now: float,
+    decisions: tuple[int, float] = (0, 0.0),
 ) -> dict[str, str]:
-    """The hash a GPU pool publishes about itself (``keys.gpu_pool``), as strings."""
+    """The hash a GPU pool publishes about itself (``keys.gpu_pool``), as strings; with its
+    scheduler's calls and wall seconds so far."""
     return {
         "gpus": str(gpus),
         "free_gpus": str(free_gpus),
@@ -253,6 +255,8 @@ def inventory_fields(
         "worker": worker,
         "models": json.dumps(list(models)),
         "residents": json.dumps([{"model": m, "gpus": list(c)} for m, c in residents]),
+        "decide_calls": str(decisions[0]),
+        "decide_s": repr(decisions[1]),
     }
 
 
@@ -463,7 +467,8 @@ class GpuPoolRuntime:
             return
         fields: dict[Any, Any] = inventory_fields(
             len(self.gpu_ids), self.admission.free_count(), self.name, self.executor.models(),
-            self.executor.residents(), time.time())
+            self.executor.residents(), time.time(),
+            (self.admission.policy_calls, self.admission.policy_s))
         pipe = self._redis.pipeline()
         pipe.sadd(keys.GPU_POOLS, self.pool)
         pipe.hset(keys.gpu_pool(self.pool), mapping=fields)
@@ -518,6 +523,7 @@ class GpuPoolRuntime:
                               node=self.name, timings=timings)
         units, joined = self._admit(action.id, model, request)
         timings.admitted = time.time()
+        timings.sched_s = self.admission.decision_s(action.id)
         result.units = self.gpus_of(units)
         try:
             outcome = self._serve(model, inputs, result.units)

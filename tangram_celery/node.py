@@ -422,6 +422,7 @@ class CpuNode:
         request = request_for(action, received, self.model)
         cores, borrowed = self._admit(action, request)
         timings.admitted = time.time()
+        timings.sched_s = self.admission.decision_s(action.id)
         result.units = cores
         try:
             spec = exec_spec(action, cores, self.physical(cores), self.settings.default_timeout_s)
@@ -482,6 +483,7 @@ class CpuNode:
             log.warning("the request of borrower %s failed in the gate", action_id,
                         exc_info=True)
             return
+        self.admission.decision_s(action_id)
         self._settle(*self.loans.admitted(action_id, request, cores))
 
     def _settle(self, release: Sequence[str], entry: Mapping[str, Any] | None) -> None:
@@ -515,4 +517,5 @@ class CpuNode:
 
     def _beat(self) -> None:
         if self.registry is not None:
-            self.registry.heartbeat(self.name, self.admission.free_count())
+            self.registry.heartbeat(self.name, self.admission.free_count(),
+                                    (self.admission.policy_calls, self.admission.policy_s))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import redis
@@ -77,12 +77,26 @@ class Registry:
         pipe.sadd(keys.NODES, name)
         pipe.execute()
 
-    def heartbeat(self, name: str, free_cores: int) -> None:
-        """Mark a node alive now, with its current free cores."""
+    def heartbeat(self, name: str, free_cores: int,
+                  decisions: tuple[int, float] | None = None) -> None:
+        """Mark a node alive now, with its current free cores and, if given, its scheduler's
+        calls and wall seconds so far."""
         pipe = self._redis.pipeline()
         pipe.hset(keys.node(name), "heartbeat", time.time())
         pipe.hset(keys.node(name), "free_cores", free_cores)
+        if decisions is not None:
+            pipe.hset(keys.node(name), mapping={"decide_calls": decisions[0],
+                                                "decide_s": repr(decisions[1])})
         pipe.execute()
+
+    def decisions(self, names: Iterable[str]) -> tuple[int, float]:
+        """The scheduler calls and wall seconds the nodes ``names`` reported last, summed."""
+        calls, seconds = 0, 0.0
+        for name in names:
+            raw = self._redis.hmget(keys.node(name), ["decide_calls", "decide_s"])
+            calls += int(raw[0] or 0)
+            seconds += float(raw[1] or 0.0)
+        return calls, seconds
 
     def deregister_node(self, name: str) -> None:
         """Mark a node gone: clients stop routing new trajectories to it."""

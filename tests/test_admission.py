@@ -99,3 +99,18 @@ def test_policy_granting_busy_units_is_caught() -> None:
     gate.acquire(req("a", 1))
     with pytest.raises(TangramError, match="unavailable units"):
         gate.acquire(req("b", 1), timeout=1)
+
+
+def test_the_gate_times_its_policy_and_says_which_call_admitted_each_action() -> None:
+    def slow_fcfs(state: PoolState) -> list[tuple[str, tuple[int, ...]]]:
+        time.sleep(0.02)
+        return fcfs_minimum(state)
+
+    gate = Admission(range(2), slow_fcfs)
+    assert gate.acquire(req("a", 1)) == (0,)
+    assert gate.decision_s("a") >= 0.02
+    assert gate.decision_s("a") == 0.0, "asked once"
+    assert gate.policy_calls == 1 and gate.policy_s >= 0.02
+    gate.release("a")
+    assert gate.policy_calls == 1, "no one waits: the policy is not asked"
+    assert gate.decision_s("never-admitted") == 0.0

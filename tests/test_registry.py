@@ -97,3 +97,14 @@ def test_announced_node_that_never_starts_dies_after_its_grace(redis_client: red
     assert [v.alive for v in registry.nodes()] == [True]
     time.sleep(1.2)
     assert [v.alive for v in registry.nodes()] == [False]
+
+
+def test_heartbeats_carry_the_schedulers_calls_and_time(redis_client: redis.Redis) -> None:
+    registry = Registry(redis_client, node_ttl_s=10, trajectory_ttl_s=60)
+    for name in ("a", "b"):
+        registry.register_node(name, cores=1, memory_mb=100)
+    registry.heartbeat("a", free_cores=1, decisions=(3, 0.25))
+    registry.heartbeat("b", free_cores=1, decisions=(2, 0.5))
+    registry.heartbeat("b", free_cores=1)
+    assert registry.decisions(["a", "b"]) == (5, 0.75)
+    assert registry.decisions(["gone"]) == (0, 0.0)

@@ -31,6 +31,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import redis
+
 from tangram_celery.action import Action, ActionResult
 from tangram_celery.bench.emulation import emulated_exec, emulated_test_run
 from tangram_celery.bench.sim.record import ActionRecord, RunResult
@@ -38,6 +40,7 @@ from tangram_celery.bench.workloads import CodingParams, Workload, coding
 from tangram_celery.bench.workloads.model import ActionSpec
 from tangram_celery.client import TangramClient
 from tangram_celery.demo import DemoConfig, local_cluster
+from tangram_celery.registry import Registry
 from tangram_celery.services import embedded_redis
 from tangram_celery.settings import Settings
 
@@ -140,7 +143,19 @@ def record_of(result: ActionResult, spec: ActionSpec, trajectory: str, index: in
         units=units, submitted=submitted,
         started=(timings.admitted or timings.submitted) - origin,
         finished=submitted + act["total"], queue=act["queue"], exec=act["exec"],
-        overhead=act["overhead"], held=units * act["exec"], used=spec.t1)
+        overhead=act["overhead"], held=units * act["exec"], used=spec.t1,
+        sched_s=timings.sched_s)
+
+
+def reported_decisions(settings: Settings, nodes: Sequence[str]) -> tuple[int, float]:
+    """The scheduler calls and seconds the ``nodes`` report, after one more heartbeat (so the
+    last decisions of the run are counted)."""
+    time.sleep(settings.node_heartbeat_s + 0.5)
+    client = redis.Redis.from_url(settings.redis_url)
+    try:
+        return Registry(client, settings.node_ttl_s, settings.trajectory_ttl_s).decisions(nodes)
+    finally:
+        client.close()
 
 
 def run_real(workload: Workload, system: str, cores: int, point: dict[str, object],
@@ -166,6 +181,8 @@ def run_real(workload: Workload, system: str, cores: int, point: dict[str, objec
         began = time.perf_counter()
         outcome = asyncio.run(run_batch(client, batch, tick))
         result.wall_s = time.perf_counter() - began
+        result.decide_calls, result.decide_s = reported_decisions(
+            live, DemoConfig(nodes=1, cores_per_node=cores).node_names)
     for trajectory, results in zip(workload.trajectories, outcome, strict=True):
         mine = [record_of(done, spec, trajectory.id, index, origin)
                 for index, (spec, done) in enumerate(zip(trajectory.actions, results,

@@ -27,6 +27,10 @@ def test_real_stack_runs_each_system(settings: Settings) -> None:
         assert parts_mismatch(result) == []
         assert result.makespan > 0
         assert all(r.total >= r.exec > 0 for r in result.records)
+        assert result.decide_calls >= 1 and result.decide_s > 0, "the node reports its policy"
+        assert sum(r.sched_s > 0 for r in result.records) >= 1
+        assert all(r.sched_s <= r.queue + 1e-3 for r in result.records), \
+            "a decision is part of the queue time"
     tests = {name: {r.units for r in run.records if r.kind == "test_run"}
              for name, run in runs.items()}
     assert tests["fixed-dop-2"] == {2}

@@ -1,6 +1,6 @@
 """The MOPD-like workload on the real stack: teachers on pooled GPUs against static services.
 
-    tangram bench mopd --mode real [--batch 48] [--gpus 24] [--time-scale 0.25]
+    tangram bench mopd --mode real [--batch 48] [--gpus 24] [--time-scale 1] [--think-scale 0.1]
     (systems: tangram, tangram:ersa, celery, static; the same workload simulated beside it)
 
 What is real: Redis, the Celery GPU pool worker processes (their admission gate and scheduler,
@@ -14,9 +14,15 @@ chunk (the simulator's formulas), so a request's duration depends on the chunk t
 gave it.
 
 The workload is the simulator's MOPD generator (:func:`~tangram_celery.bench.workloads.mopd`)
-with fewer samples per step, every time multiplied by ``time_scale`` (think times, one-GPU
-times, and the restore physics), so that a run fits a small machine; all figures are wall
-seconds at that scale. Each system gets a fresh Redis and a fresh Triton:
+with fewer samples per step (48, not 512), every duration multiplied by ``time_scale`` (think
+times, one-GPU times, the restore physics) and the LLM's generation (think) times by
+``think_scale`` on top: a tenth of the samples arriving in a tenth of the time offers the
+teachers about the calls per second of the 512-sample step, and a run of one system takes
+about two minutes. The GPU side stays at full length by default (``time_scale`` 1) because
+the real stack's own costs do not shrink with it: a load starts one python-backend stub
+process per simulated GPU of the chunk, 1-5 s for a chunk of 8 on this 2-core machine, which
+would dwarf restores scaled down to 0.5-2 s. All figures are wall seconds of the run. Each
+system gets a fresh Redis and a fresh Triton:
 
 * ``tangram``: one pool of ``gpus`` GPUs (nodes of 8), ``TANGRAM_SCHEDULER`` at its default
   (``robust``: the service-aware scheduler), every call elastic over its teacher's parallelisms;
@@ -40,11 +46,15 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
+import redis
+
+from tangram_celery import keys
 from tangram_celery.action import Action, ActionResult
 from tangram_celery.app import make_app
 from tangram_celery.bench.plan import Point
@@ -66,7 +76,8 @@ from tangram_celery.settings import Settings
 SYSTEMS = ("tangram", "tangram:ersa", "celery", "static")
 DEFAULT_BATCH = 48
 DEFAULT_GPUS = 24
-DEFAULT_TIME_SCALE = 0.25
+DEFAULT_TIME_SCALE = 1.0
+DEFAULT_THINK_SCALE = 0.1
 POOL = "mopd"
 GPU_MEMORY_MB = int(Cluster.gpu_memory_gb * 1000)
 """Memory per simulated GPU for the manager's bookkeeping, the simulator's (80 GB)."""
@@ -77,17 +88,69 @@ LOGLEVEL = "WARNING"
 T = TypeVar("T")
 WARMUP_S = 0.3
 WARMUP_ROUNDS = 5
-DISPATCH_S = 0.015
+DISPATCH_S = 0.005
 """Per-action control-plane cost charged to the pooled systems in the simulation beside the real
-run (preset ``sim``). The coding mode's 46 ms (``sim.costs.CONTROL_PLANE``) includes 33 ms of
-bubblewrap sandbox setup that a reward action never pays; this is the median overhead of the
-reward actions that loaded nothing in ``tangram bench mopd --mode real`` (client validation,
-publish, broker, the pool worker's hand-off, Triton's HTTP path and the result fetch) on the
-2-core dev machine, 10-20 ms."""
+run (presets ``sim`` and ``sim-measured``). The coding mode's 46 ms (``sim.costs.CONTROL_PLANE``)
+includes 33 ms of bubblewrap sandbox setup that a reward action never pays; this is the median
+overhead of the teacher calls that restored nothing in ``tangram bench mopd --mode real`` on
+the 2-core dev machine (client validation, publish, broker, the pool worker's hand-off and
+result path): 4-7 ms per system."""
 SIM_COSTS = Costs(dispatch_s=DISPATCH_S)
+MEASURED = "sim-measured"
+"""The preset of the simulation charged the restore times the real runs measured."""
 LOADED = re.compile(r"successfully loaded '([^']+)'")
 UNLOADED = re.compile(r"successfully unloaded '([^']+)'")
 WORKERS = {"tangram": None, "tangram:ersa": "elastic", "celery": "fcfs-min", "static": "fcfs-min"}
+
+
+@dataclass(frozen=True)
+class RestoreFit:
+    """What a restore cost on the real stack beyond the emulated time, as ``fixed_s +
+    per_gpu_s * k`` on a chunk of ``k`` (least squares over ``samples`` restores): with
+    simulated GPUs Triton starts one python-backend stub process per GPU of the chunk, on this
+    machine's CPUs."""
+
+    fixed_s: float = 0.0
+    per_gpu_s: float = 0.0
+    samples: int = 0
+
+    def extra_s(self, k: int) -> float:
+        """Seconds beyond the emulated restore on a chunk of ``k``."""
+        return self.fixed_s + self.per_gpu_s * k
+
+
+def restore_fit(results: Iterable[RunResult]) -> RestoreFit:
+    """The :class:`RestoreFit` of every restore of the real runs among ``results``: the line
+    through (k, measured - emulated), neither coefficient below zero."""
+    points = [(k, measured - emulated) for r in results if isinstance(r, RealGpuRun)
+              for k, measured, emulated in r.restores]
+    if not points:
+        return RestoreFit()
+    ks = np.array([k for k, _ in points], dtype=float)
+    ys = np.array([y for _, y in points], dtype=float)
+    if len(set(ks.tolist())) > 1:
+        (fixed, per_gpu), *_ = np.linalg.lstsq(np.stack([np.ones_like(ks), ks], 1), ys,
+                                               rcond=None)
+    else:
+        fixed, per_gpu = float(ys.mean()), 0.0
+    if per_gpu < 0:
+        fixed, per_gpu = float(ys.mean()), 0.0
+    if fixed < 0:
+        fixed, per_gpu = 0.0, float((ks * ys).sum() / (ks * ks).sum())
+    return RestoreFit(max(float(fixed), 0.0), max(float(per_gpu), 0.0), len(points))
+
+
+@dataclass(frozen=True)
+class MeasuredCluster(Cluster):
+    """The simulated cluster of a real run whose restores cost what that run measured: the
+    emulated restore plus :class:`RestoreFit`'s extra on each chunk size."""
+
+    restore_fixed_s: float = 0.0
+    restore_per_gpu_s: float = 0.0
+
+    def load_s(self, service: GpuService, dop: int) -> float:
+        """The emulated restore plus the measured extra."""
+        return super().load_s(service, dop) + self.restore_fixed_s + self.restore_per_gpu_s * dop
 
 
 @dataclass(frozen=True)
@@ -98,6 +161,7 @@ class RealGpuConfig:
 
     gpus: int = DEFAULT_GPUS
     time_scale: float = DEFAULT_TIME_SCALE
+    think_scale: float = DEFAULT_THINK_SCALE
     load_init_s: float = Cluster.load_init_s
     restore_gbps: float = Cluster.restore_gbps
     node_size: int = DEFAULT_NODE_SIZE
@@ -105,21 +169,25 @@ class RealGpuConfig:
     def __post_init__(self) -> None:
         if self.gpus < 1 or self.gpus % self.node_size:
             raise ValueError(f"--gpus {self.gpus}: use a multiple of {self.node_size}")
-        if not self.time_scale > 0:
-            raise ValueError("--time-scale must be positive")
+        if not self.time_scale > 0 or not self.think_scale > 0:
+            raise ValueError("--time-scale and --think-scale must be positive")
 
     @property
     def physics(self) -> TeacherPhysics:
         """What the emulated teachers read from their configs."""
         return TeacherPhysics(self.load_init_s, self.restore_gbps, self.time_scale)
 
-    def cluster(self) -> Cluster:
+    def cluster(self, fit: RestoreFit | None = None) -> Cluster:
         """The simulated cluster of the same run: the same GPUs and memory, the restore
-        physics at the time scale (so :meth:`Cluster.load_s` is the teachers' restore)."""
-        return Cluster(cpu_nodes=1, cores_per_node=8, numa_per_node=1,
-                       gpu_nodes=self.gpus // self.node_size, gpus_per_node=self.node_size,
-                       load_init_s=self.load_init_s * self.time_scale,
-                       restore_gbps=self.restore_gbps / self.time_scale)
+        physics at the time scale (so :meth:`Cluster.load_s` is the teachers' restore); with
+        ``fit``, each restore also costs what the real stack measured beyond that."""
+        return MeasuredCluster(
+            cpu_nodes=1, cores_per_node=8, numa_per_node=1,
+            gpu_nodes=self.gpus // self.node_size, gpus_per_node=self.node_size,
+            load_init_s=self.load_init_s * self.time_scale,
+            restore_gbps=self.restore_gbps / self.time_scale,
+            restore_fixed_s=fit.fixed_s if fit else 0.0,
+            restore_per_gpu_s=fit.per_gpu_s if fit else 0.0)
 
     def restore_prior_s(self, services: Sequence[GpuService]) -> float:
         """``TANGRAM_GPU_RESTORE_S`` of the pool (its restore estimate until it has measured
@@ -142,8 +210,9 @@ class RealGpuRun(RunResult):
     unloads_after_stop: int = 0
     """Every unload in Triton's log once the workers stopped (each unloads its idle services);
     counted only when asked (``run_real(unload_wait_s=...)``)."""
-    restores: list[tuple[float, float]] = field(default_factory=list)
-    """(measured set-up seconds, emulated restore seconds) of each action that loaded."""
+    restores: list[tuple[int, float, float]] = field(default_factory=list)
+    """(chunk size, measured set-up seconds, emulated restore seconds) of each call that
+    restored its teacher."""
 
 
 @dataclass(frozen=True)
@@ -157,23 +226,26 @@ class PoolLayout:
     service: str = ""
 
 
-def scale_workload(workload: Workload, time_scale: float) -> Workload:
-    """``workload`` with every think time, one-unit time and start offset times ``time_scale``."""
+def scale_workload(workload: Workload, time_scale: float, think_scale: float = 1.0) -> Workload:
+    """``workload`` with every duration times ``time_scale``, and the LLM's side (think times,
+    start offsets, step gaps) times ``think_scale`` on top."""
+    llm = time_scale * think_scale
 
     def action(spec: ActionSpec) -> ActionSpec:
-        return replace(spec, t1=spec.t1 * time_scale, think_s=spec.think_s * time_scale)
+        return replace(spec, t1=spec.t1 * time_scale, think_s=spec.think_s * llm)
 
     trajectories = tuple(
-        Trajectory(t.id, tuple(action(a) for a in t.actions), t.start_s * time_scale, t.step)
+        Trajectory(t.id, tuple(action(a) for a in t.actions), t.start_s * llm, t.step)
         for t in workload.trajectories)
-    return replace(workload, trajectories=trajectories,
-                   step_gap_s=workload.step_gap_s * time_scale)
+    return replace(workload, trajectories=trajectories, step_gap_s=workload.step_gap_s * llm)
 
 
 def real_workload(batch: int, seed: int, time_scale: float = DEFAULT_TIME_SCALE,
+                  think_scale: float = DEFAULT_THINK_SCALE,
                   params: MopdParams | None = None) -> Workload:
-    """The seeded MOPD workload (``batch`` samples per step) at ``time_scale``."""
-    return scale_workload(mopd(batch, seed, params), time_scale)
+    """The seeded MOPD workload (``batch`` samples per step) at ``time_scale``, its
+    generation (think) times also at ``think_scale``."""
+    return scale_workload(mopd(batch, seed, params), time_scale, think_scale)
 
 
 def parallel_fractions(workload: Workload) -> dict[str, float]:
@@ -234,11 +306,15 @@ def teacher_action(spec: ActionSpec, trajectory_id: str, system: str,
 
 def worker_env(settings: Settings, triton: TritonServer, repository: Path, scheduler: str,
                restore_prior_s: float) -> dict[str, str]:
-    """The ``TANGRAM_`` environment of the run's GPU pool workers."""
+    """The ``TANGRAM_`` environment of the run's GPU pool workers. They talk to Triton over
+    gRPC: a load over HTTP holds one of Triton's HTTP worker threads for the whole load and
+    stalls the inference requests that thread serves (1.3-1.5 s per 8-instance load measured
+    here; triton-inference-server/server#8958, fix pending in #8737), and evict-on-execution
+    loads often."""
     return {
         "TANGRAM_REDIS_URL": settings.redis_url,
-        "TANGRAM_TRITON_URL": triton.http_url,
-        "TANGRAM_TRITON_PROTOCOL": "http",
+        "TANGRAM_TRITON_URL": triton.grpc_url,
+        "TANGRAM_TRITON_PROTOCOL": "grpc",
         "TANGRAM_TRITON_REPOSITORY": str(repository),
         "TANGRAM_SCHEDULER": scheduler,
         "TANGRAM_GPU_SIMULATED": "true",
@@ -273,6 +349,24 @@ def pool_workers(settings: Settings, env: Mapping[str, str], pools: Sequence[Poo
         for process in started:
             stop_process(process, timeout=30)
         app.close()
+
+
+def pool_decisions(settings: Settings, pools: Sequence[PoolLayout],
+                   wait: bool = True) -> tuple[int, float]:
+    """The scheduler calls and wall seconds the ``pools`` published, summed; after one more
+    heartbeat with ``wait`` (so that their last decisions are counted)."""
+    if wait:
+        time.sleep(settings.node_heartbeat_s + 0.5)
+    client = redis.Redis.from_url(settings.redis_url)
+    try:
+        calls, seconds = 0, 0.0
+        for pool in pools:
+            raw = client.hmget(keys.gpu_pool(pool.name), ["decide_calls", "decide_s"])
+            calls += int(raw[0] or 0)
+            seconds += float(raw[1] or 0.0)
+        return calls, seconds
+    finally:
+        client.close()
 
 
 def log_events(server: TritonServer) -> tuple[list[str], list[str]]:
@@ -359,7 +453,7 @@ def record_of(result: ActionResult, spec: ActionSpec, trajectory: str, pool: str
         submitted=submitted, started=t.admitted - origin, finished=submitted + act["total"],
         queue=queue, exec=execution, overhead=act["total"] - queue - execution,
         held=units * max(t.exec_finished - t.admitted, 0.0), used=units * execution,
-        loaded=bool(result.output.get("loaded")))
+        loaded=bool(result.output.get("loaded")), sched_s=t.sched_s)
 
 
 def check_emulation(result: ActionResult, spec: ActionSpec, time_scale: float) -> str:
@@ -468,6 +562,7 @@ def _run_once(workload: Workload, system: str, config: RealGpuConfig,
                 result.warmup_loads = asyncio.run(watch.guard(
                     warm_up(client, pools, workload, config.time_scale)))
             before = tuple(len(events) for events in log_events(triton))
+            decided = pool_decisions(settings, pools, wait=system == "static")
             actions = {t.id: teacher_action(t.actions[0], f"{tag}-{t.id}", system, workload,
                                             config.time_scale)
                        for t in workload.trajectories}
@@ -476,6 +571,8 @@ def _run_once(workload: Workload, system: str, config: RealGpuConfig,
             outcome, steps, began = asyncio.run(watch.guard(
                 run_steps(client, workload, actions, tick)))
             result.wall_s = time.perf_counter() - began_at
+            calls, seconds = pool_decisions(settings, pools)
+            result.decide_calls, result.decide_s = calls - decided[0], seconds - decided[1]
             loaded, unloaded = log_events(triton)
             result.triton_loads = len(loaded) - before[0]
             result.triton_unloads = len(unloaded) - before[1]
@@ -534,7 +631,7 @@ def _fill(result: RealGpuRun, workload: Workload, outcome: Mapping[str, ActionRe
                                                                    - origin)
         if record.loaded:
             service = workload.service(spec.service)
-            result.restores.append((done.timings.setup_s, restore_seconds(
+            result.restores.append((record.units, done.timings.setup_s, restore_seconds(
                 config.load_init_s, service.weights_gb, config.restore_gbps, record.units,
                 config.time_scale)))
     result.step_times = list(steps)
@@ -558,8 +655,9 @@ def setup_text(config: RealGpuConfig, points: Sequence[Point], seed: int,
         "loading and unloading every (teacher, chunk) service through its repository API. "
         "The teachers are emulated (`tangram_celery/bench/teachers/model.py`): a load sleeps "
         "the restore time of the chunk it was really placed on, a call its Amdahl time on "
-        f"that chunk. Every duration is at time scale {config.time_scale:g} (figures are "
-        f"wall seconds here: 1 s is {1 / config.time_scale:g} s of the modelled cluster); "
+        f"that chunk. Every duration is at time scale {config.time_scale:g} and the LLM's "
+        f"generation (think) times at {config.think_scale:g} on top (figures are wall seconds "
+        "of the run); "
         f"restore physics load_init_s {config.load_init_s:g}, restore_gbps "
         f"{config.restore_gbps:g} (unscaled). Cross-request batching is off in every pool "
         "(`--no-batching`: the simulator models none). Each system gets a fresh Redis and a "
@@ -567,49 +665,65 @@ def setup_text(config: RealGpuConfig, points: Sequence[Point], seed: int,
         f"samples per RL step), seed {seed}; {len(results)} runs in {wall:.0f} s.")
 
 
+PRESET_NAMES = {"real": "real", "sim": "simulated", MEASURED: "simulated with measured restores"}
+
+
 def _order(summaries: Sequence[Summary]) -> str:
     ranked = sorted(summaries, key=lambda s: s.mean_act)
     return " < ".join(f"{s.system} {s.mean_act:.2f} s" for s in ranked)
 
 
+def _ranking(summaries: Sequence[Summary]) -> list[str]:
+    return [s.system for s in sorted(summaries, key=lambda s: s.mean_act)]
+
+
 def report_notes(config: RealGpuConfig, summaries: Sequence[Summary],
                  results: Sequence[RunResult]) -> tuple[str, ...]:
-    """The notes of a ``mopd --mode real`` report section: how the simulation beside it was
+    """The notes of a ``mopd --mode real`` report section: how the simulations beside it were
     run, the orderings and ratios real against simulated, what Triton did per system."""
     notes = [
-        "*simulated, same workload and GPUs*: the simulator on the same GPUs (80 GB each), the "
-        "same seeded workload at the same time scale, the same restore physics, with a "
-        f"per-action dispatch cost of {DISPATCH_S * 1000:.0f} ms charged to the pooled systems "
-        "(measured on this stack, see `mopd_real.DISPATCH_S`); the simulator's static services "
-        "pay no dispatch, the real ones pay the same Celery path as everyone.",
+        "*simulated, same workload and node* (`sim`): the simulator on the same GPUs (80 GB "
+        "each), the same seeded workload at the same time scale, the same restore physics, "
+        f"with a per-action dispatch cost of {DISPATCH_S * 1000:.0f} ms charged to the pooled "
+        "systems (measured on this stack, see `mopd_real.DISPATCH_S`); the simulator's static "
+        "services pay no dispatch, the real ones pay the same Celery path as everyone.",
         "Memory: the GPU manager keeps one memory figure per model, so each teacher declares "
         "its memory per GPU at its smallest parallelism (`tangram_memory_mb`); the simulator "
         "charges weights / dop x 1.2 per GPU at each parallelism. On the real stack a teacher "
         "on a larger chunk therefore reserves more memory per GPU than simulated (more "
         "evictions for the systems that scale teachers up; exact for celery and static).",
+        "The pool workers talk to Triton over gRPC: over HTTP each load holds one of Triton's "
+        "HTTP threads and stalls the inference requests it serves (triton-inference-server/"
+        "server#8958).",
     ]
     points = list(dict.fromkeys(str(s.point) for s in summaries))
     for point in points:
         here = [s for s in summaries if str(s.point) == point]
-        real = [s for s in here if s.costs == "real"]
-        sim = [s for s in here if s.costs == "sim"]
-        if not real or not sim:
+        where = "" if len(points) == 1 else f" at {point}"
+        fit = restore_fit(r for r in results if str(r.point) == point)
+        notes.append(
+            f"*{MEASURED}*{where}: the same simulation, each restore charged what the real "
+            f"runs' restores measured beyond the emulated time, {fit.fixed_s:.2f} s + "
+            f"{fit.per_gpu_s:.2f} s per simulated GPU of the chunk (least squares over "
+            f"{fit.samples} restores; Triton starts one python-backend stub process per "
+            "simulated GPU, on this machine's 2 cores).")
+        by_preset = {p: [s for s in here if s.costs == p] for p in PRESET_NAMES}
+        real = by_preset["real"]
+        if not real:
             continue
-        same = ([s.system for s in sorted(real, key=lambda s: s.mean_act)]
-                == [s.system for s in sorted(sim, key=lambda s: s.mean_act)])
-        notes.append(f"Order by mean ACT{'' if len(points) == 1 else f' at {point}'}: real "
-                     f"{_order(real)}; simulated {_order(sim)}; the orderings "
-                     f"{'agree' if same else 'differ'}.")
+        orders = "; ".join(f"{PRESET_NAMES[p]} {_order(group)}"
+                           for p, group in by_preset.items() if group)
+        verdicts = ", ".join(
+            f"real and {PRESET_NAMES[p]} "
+            f"{'agree' if _ranking(group) == _ranking(real) else 'differ'}"
+            for p, group in by_preset.items() if group and p != "real")
+        notes.append(f"Order by mean ACT{where}: {orders}. Orderings: {verdicts}.")
         mine = {s.costs: s for s in here if s.system == "tangram"}
-        if "real" in mine and "sim" in mine:
-            for base in (s.system for s in real if s.system != "tangram"):
-                pair = {s.costs: s for s in here if s.system == base}
-                if "sim" not in pair:
-                    continue
-                real_x = ratio(pair["real"].mean_act, mine["real"].mean_act)
-                sim_x = ratio(pair["sim"].mean_act, mine["sim"].mean_act)
-                notes.append(f"{base} / tangram mean ACT: real {real_x:.2f}x, simulated "
-                             f"{sim_x:.2f}x.")
+        for base in (s.system for s in real if s.system != "tangram"):
+            pair = {s.costs: s for s in here if s.system == base}
+            cells = [f"{PRESET_NAMES[p]} {ratio(pair[p].mean_act, mine[p].mean_act):.2f}x"
+                     for p in PRESET_NAMES if p in pair and p in mine]
+            notes.append(f"{base} / tangram mean ACT{where}: {', '.join(cells)}.")
     for result in results:
         if not isinstance(result, RealGpuRun):
             continue
@@ -620,11 +734,13 @@ def report_notes(config: RealGpuConfig, summaries: Sequence[Summary],
         if result.system == "static":
             line += f"; {result.warmup_loads} replica loads before the timed run"
         if result.restores:
-            measured = sum(m for m, _ in result.restores) / len(result.restores)
-            emulated = sum(e for _, e in result.restores) / len(result.restores)
-            line += (f"; a restore took {measured:.2f} s on average, {emulated:.2f} s "
-                     "emulated (the rest: Triton starting one python-backend stub per "
-                     "simulated GPU of the chunk on this machine's CPUs)")
+            measured = sum(m for _, m, _ in result.restores) / len(result.restores)
+            emulated = sum(e for _, _, e in result.restores) / len(result.restores)
+            line += f"; a restore took {measured:.2f} s on average ({emulated:.2f} s emulated)"
+        if result.triton_crashes:
+            line += (f"; tritonserver aborted {result.triton_crashes} time(s) "
+                     "(`boost::interprocess::lock_exception`, triton-inference-server/server"
+                     "#8882) and the run was started again from scratch")
         notes.append(line + ".")
     return tuple(notes)
 

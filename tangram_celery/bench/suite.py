@@ -3,7 +3,7 @@
     tangram bench coding --mode sim --sweep batch --out docs
     tangram bench mopd --mode sim --sweep gpus --systems tangram,static,fixed-dop-4,celery
     tangram bench coding --mode real --systems tangram,fixed-dop-4,celery --batch 8 --cores 8
-    tangram bench mopd --mode real [--batch 48] [--gpus 24] [--time-scale 0.25]
+    tangram bench mopd --mode real [--batch 48] [--gpus 24] [--time-scale 1] [--think-scale 0.1]
     tangram bench trace --trace mine.jsonl --mode sim
     tangram bench robustness [--scale 4] [--ablations]   (see bench.robustness)
 
@@ -29,7 +29,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -92,7 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="GPU service restore: GB/s per GPU (default 10)")
     parser.add_argument("--time-scale", type=float, default=None,
                         help="mopd real: every duration (think, teacher call, restore) times "
-                             "this (default 0.25)")
+                             "this (default 1)")
+    parser.add_argument("--think-scale", type=float, default=None,
+                        help="mopd real: the LLM's generation (think) times also times this "
+                             "(default 0.1)")
     parser.add_argument("--out", type=Path, default=Path("bench-results"))
     parser.add_argument("--tag", default="", help="suffix of the output names (variants)")
     return parser
@@ -125,6 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     runner = _runner(args)
     results, summaries = _run_all(plan, runner)
+    if args.mode == "real" and args.workload == "mopd":
+        plan, results, summaries = _with_measured(args, plan, results)
     by_point = {str(p.as_dict()): p for p in plan.points}
     failures = [(r.system, problem) for r in results
                 for problem in violations(plan.workload(by_point[str(r.point)]), r)][:10]
@@ -141,8 +146,8 @@ def resolve(args: argparse.Namespace) -> Plan:
         raise ValueError(f"the real-stack mode runs the {' and '.join(REAL_WORKLOADS)} "
                          "workloads")
     gpu_real = real and args.workload == "mopd"
-    if args.time_scale is not None and not gpu_real:
-        raise ValueError("--time-scale applies to mopd --mode real only")
+    if (args.time_scale is not None or args.think_scale is not None) and not gpu_real:
+        raise ValueError("--time-scale and --think-scale apply to mopd --mode real only")
     if gpu_real and args.sweep in ("cores", "parallel"):
         raise ValueError(f"mopd --mode real sweeps batch or gpus, not {args.sweep}")
     batch, gpus = (8 if real else 1280), 40
@@ -173,8 +178,9 @@ def resolve(args: argparse.Namespace) -> Plan:
         if gpu_real:
             from tangram_celery.bench import mopd_real
 
-            scale = _gpu_config(args, point).time_scale
-            return mopd_real.real_workload(point.batch, args.seed, scale)
+            config = _gpu_config(args, point)
+            return mopd_real.real_workload(point.batch, args.seed, config.time_scale,
+                                           config.think_scale)
         if real:
             from tangram_celery.bench.elastic import real_workload
 
@@ -190,10 +196,39 @@ def _gpu_config(args: argparse.Namespace, point: Point) -> RealGpuConfig:
 
     given = physics(args)
     scale = mopd_real.DEFAULT_TIME_SCALE if args.time_scale is None else args.time_scale
+    think = mopd_real.DEFAULT_THINK_SCALE if args.think_scale is None else args.think_scale
     return mopd_real.RealGpuConfig(
-        gpus=point.gpus, time_scale=scale,
+        gpus=point.gpus, time_scale=scale, think_scale=think,
         load_init_s=given.get("load_init_s", Cluster.load_init_s),
         restore_gbps=given.get("restore_gbps", Cluster.restore_gbps))
+
+
+def _with_measured(args: argparse.Namespace, plan: Plan, results: list[RunResult],
+                   ) -> tuple[Plan, list[RunResult], list[Summary]]:
+    """``mopd --mode real`` also simulates every system with the restore times its real runs
+    measured (preset ``sim-measured``, see :func:`tangram_celery.bench.mopd_real.restore_fit`);
+    the plan, results and summaries with those runs, each point's systems in order."""
+    from tangram_celery.bench import mopd_real
+
+    added = []
+    for point in plan.points:
+        here = [r for r in results if r.costs == "real" and r.point == point.as_dict()]
+        cluster = _gpu_config(args, point).cluster(mopd_real.restore_fit(here))
+        workload = plan.workload(point)
+        for real in here:
+            run = simulate(workload, real.system, cluster, mopd_real.SIM_COSTS, seed=args.seed,
+                           point=point.as_dict(), default_policy=args.policy)
+            run.costs = mopd_real.MEASURED
+            added.append(run)
+    plan = replace(plan, presets=[*plan.presets, mopd_real.MEASURED])
+    keys = [str(p.as_dict()) for p in plan.points]
+
+    def rank(run: RunResult) -> tuple[int, int, int]:
+        return (keys.index(str(run.point)), plan.systems.index(run.system),
+                plan.presets.index(run.costs))
+
+    ordered = sorted([*results, *added], key=rank)
+    return plan, ordered, [summarize(r, r.costs) for r in ordered]
 
 
 def physics(args: argparse.Namespace) -> dict[str, float]:

@@ -15,18 +15,21 @@ from tangram_celery.bench.mopd_real import (
     POOL,
     RealGpuConfig,
     RealGpuRun,
+    RestoreFit,
     TritonCrashed,
     Watch,
     layout,
     parallel_fractions,
     pool_name,
     real_workload,
+    restore_fit,
     run_real,
     scale_workload,
     scheduler_for,
     teacher_action,
 )
 from tangram_celery.bench.sim.invariants import incomplete, over_allocated, parts_mismatch
+from tangram_celery.bench.sim.record import RunResult
 from tangram_celery.bench.sim.services import replica_chunks
 from tangram_celery.bench.teachers.model import (
     chunk_size,
@@ -63,6 +66,20 @@ def test_a_restore_lasts_what_the_simulator_charges_for_that_chunk() -> None:
             assert restore_seconds(config.load_init_s, service.weights_gb, config.restore_gbps,
                                    k, SCALE) == pytest.approx(cluster.load_s(service, k))
     assert first_instance("math-7b__dop4__g0_0_0") and not first_instance("m_0_3")
+
+
+def test_the_measured_restore_is_a_line_in_the_chunk_size() -> None:
+    run = RealGpuRun("tangram", "mopd", {})
+    run.restores = [(k, 0.5 + 0.3 + 0.2 * k, 0.5) for k in (1, 2, 4, 8)]
+    fit = restore_fit([run, RunResult("static", "mopd", {})])
+    assert (fit.fixed_s, fit.per_gpu_s, fit.samples) == (pytest.approx(0.3), pytest.approx(0.2), 4)
+    assert restore_fit([]) == RestoreFit()
+    run.restores = [(8, 0.1, 0.5)]
+    assert restore_fit([run]) == RestoreFit(0.0, 0.0, 1), "never faster than emulated"
+    config = RealGpuConfig(gpus=8, time_scale=SCALE)
+    service = TEACHERS[6].service
+    assert config.cluster(fit).load_s(service, 4) == pytest.approx(
+        config.cluster().load_s(service, 4) + fit.extra_s(4))
 
 
 def test_the_repository_declares_each_teacher_to_the_gpu_manager(tmp_path: Path) -> None:
@@ -108,12 +125,12 @@ def test_systems_layouts_and_actions() -> None:
     assert pool_name("code-1.5b") == "static-code-1_5b"
 
 
-def test_scaling_multiplies_every_time() -> None:
+def test_scaling_multiplies_every_time_and_the_llm_side_again() -> None:
     base = mopd(8, 3)
-    scaled = scale_workload(base, 0.5)
+    scaled = scale_workload(base, 0.5, think_scale=0.2)
     for a, b in zip(base.trajectories, scaled.trajectories, strict=True):
         assert b.actions[0].t1 == pytest.approx(a.actions[0].t1 * 0.5)
-        assert b.actions[0].think_s == pytest.approx(a.actions[0].think_s * 0.5)
+        assert b.actions[0].think_s == pytest.approx(a.actions[0].think_s * 0.1)
         assert (b.id, b.step, b.actions[0].units) == (a.id, a.step, a.actions[0].units)
 
 

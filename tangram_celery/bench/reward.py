@@ -31,7 +31,8 @@ protocol. The PyPI ``perf-analyzer`` package is an empty placeholder; the binary
         "$(echo /tmp/pa/lib/python3.*/site-packages/nvidia/cuda_runtime/lib)" > /tmp/pa.sh
     chmod +x /tmp/pa.sh        # then: --perf-analyzer /tmp/pa.sh
 
-(``tritonclient==2.41.0`` works the same way; it needs ``libcudart.so.12`` even on CPU.) Its own
+The binary needs ``libcudart.so.12`` even on CPU (hence ``nvidia-cuda-runtime-cu12``); the
+``tritonclient==2.41.0`` wheel carries one too (``tritonclient-2.41.0.data/data/bin/``). Its own
 stability check is relaxed (``-s 100``: noise is handled by the interleaved rounds); each figure is
 its throughput over its last three measurement windows.
 """

@@ -122,27 +122,56 @@ class CountSolver:
     """Prefix solver for pools where only the number of units used matters (CPU cores).
 
     `budget` units are shared by the candidates `rows` (each as `OptionArrays`, so callers can
-    reuse conversions across scheduling points); see the module docstring.
+    reuse conversions across scheduling points); see the module docstring. `CountSolver.padded`
+    takes the rows already as padded arrays (callers that cache per-job tick costs).
     """
 
     def __init__(self, budget: int, rows: Sequence[OptionArrays]) -> None:
         units, costs, lengths = _padded(rows)
-        n, width = units.shape
-        present = np.arange(width)[None, :] < lengths[:, None]
         extras = units - units[:, :1]
+        present = np.arange(units.shape[1])[None, :] < lengths[:, None]
+        contiguous = bool(np.all((extras == np.arange(units.shape[1])) | ~present))
+        self._setup(budget, units[:, 0], None if contiguous else extras, costs, present)
+
+    @classmethod
+    def padded(
+        cls,
+        budget: int,
+        minimums: IndexArray,
+        extras: IndexArray | None,
+        costs: IntArray,
+        present: npt.NDArray[np.bool_],
+    ) -> CountSolver:
+        """A solver from padded rows: each candidate's minimum, the extra units of its options
+        beyond it ((n, s); None: 0, 1, 2, ... for every row), their tick costs ((n, s),
+        `INFEASIBLE` where absent) and which entries are present ((n, s), a prefix of each
+        row)."""
+        solver = cls.__new__(cls)
+        solver._setup(budget, minimums, extras, costs, present)
+        return solver
+
+    def _setup(
+        self,
+        budget: int,
+        minimums: IndexArray,
+        extras: IndexArray | None,
+        costs: IntArray,
+        present: npt.NDArray[np.bool_],
+    ) -> None:
+        n, width = costs.shape
         self._n = n
-        self._extras = extras
         self._stride = n + 1
-        self._slack = budget - np.concatenate(([0], np.cumsum(units[:, 0])))
+        self._slack = budget - np.concatenate(([0], np.cumsum(minimums)))
         self._acc = np.concatenate(([0], np.cumsum(costs[:, 0])))
         self._stay = costs[:, 0]
         self._cost = np.ascontiguousarray(costs[:, 1:].T)
-        self._contiguous = bool(np.all((extras == np.arange(width)) | ~present))
-        if self._contiguous:
+        self._contiguous = extras is None
+        if extras is None:
             self._pad = width - 1
             self._reach = np.arange(1, width)
             self._cost_down = np.ascontiguousarray(self._cost[::-1])
         else:
+            self._extras = extras
             self._pad = int(extras[present].max())
             self._reach = np.where(present, extras, np.iinfo(np.intp).max)[:, 1:].min(axis=0)
             gather = np.where(present[:, 1:], extras[:, 1:], 1)
@@ -154,7 +183,7 @@ class CountSolver:
         self._jumps: list[list[int]] = []
         self._moves: list[list[tuple[int, int, int]]] = []
         self._costs = costs
-        self._minimum = units[:, 0].tolist()
+        self._minimum: list[int] = minimums.tolist()
         self._rows = n
 
     def slack(self, k: int) -> int:

@@ -29,18 +29,20 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, islice
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import NamedTuple
 
 import numpy as np
 
 from tangram_celery.scheduling.dp import (
+    INFEASIBLE,
     MAX_TICKS,
     RESOLUTION,
     Allocation,
+    CountSolver,
     OptionArrays,
     Pick,
     PrefixSolver,
@@ -49,7 +51,7 @@ from tangram_celery.scheduling.dp import (
     ticks,
 )
 from tangram_celery.scheduling.ordering import Fcfs, Ordering
-from tangram_celery.scheduling.topology import Operator, operator_for
+from tangram_celery.scheduling.topology import CpuOperator, Operator, operator_for
 from tangram_celery.scheduling.types import (
     Decision,
     GroupOutcome,
@@ -60,6 +62,7 @@ from tangram_celery.scheduling.types import (
     Start,
     option_arrays,
     prime_option_arrays,
+    prime_option_ticks,
 )
 
 
@@ -85,11 +88,14 @@ class SchedulerConfig:
 
 
 class Entry(NamedTuple):
-    """A placeable job with the options its pool can serve; `elastic` as `decide` treats it."""
+    """A placeable job with the options its pool can serve; `elastic` as `decide` treats it;
+    `lead`: how many options it holds if they are the first ones of its job's, else 0 (then
+    the DP reads its rows from the job's cached arrays)."""
 
     job: Job
     options: tuple[Option, ...]
     elastic: bool
+    lead: int = 0
 
     @property
     def minimum(self) -> int:
@@ -132,25 +138,50 @@ def settle(
     allocator without copying it. Without bands this is exactly `decide`.
     """
     operators = {pool.name: operator_for(pool) for pool in snapshot.pools}
-    queue = build_queue(ordered, operators, bands)
+    return settle_queue(snapshot, config, build_queue(ordered, operators, bands), operators)
+
+
+def settle_queue(
+    snapshot: Snapshot, config: SchedulerConfig, queue: Queue, operators: Mapping[str, Operator]
+) -> Decision:
+    """`settle` on a queue already built (`build_queue`, or one a caller built the same way)
+    for the pools of `operators`; of `snapshot` only the clock and the running jobs count."""
     launches: dict[str, Launch] = {}
     deferred: list[str] = []
     groups: list[GroupOutcome] = []
+    alone = len(operators) == 1
     for operator in operators.values():
-        outcome = _settle_pool(snapshot, config, queue, operator, launches)
+        outcome = _settle_pool(snapshot, config, queue, operator, launches, alone)
         if outcome is not None:
             groups.append(outcome)
             deferred.extend(outcome.candidates[outcome.admitted :])
-    starts = tuple(
-        Start(job.job_id, job.key, *launches[job.job_id])
-        for job, _, _ in queue.entries[: queue.candidates]
-        if job.job_id in launches
-    )
-    return Decision(starts, tuple(deferred), queue.unplaceable, tuple(groups))
+    starts = []
+    for entry in queue.entries[: queue.candidates]:
+        job = entry.job
+        launch = launches.get(job.job_id)
+        if launch is not None:
+            starts.append(_start(job.job_id, job.key, *launch))
+    return Decision(tuple(starts), tuple(deferred), queue.unplaceable, tuple(groups))
+
+
+def _start(job_id: str, key: str, units: tuple[int, ...], duration: float | None,
+           new: Callable[[type[Start]], Start] = object.__new__) -> Start:
+    """`Start(job_id, key, units, duration)`, built a third as fast: a frozen dataclass sets
+    each field through `object.__setattr__`; `Start` checks nothing, so its fields are stored
+    directly (the same object: equal, same repr, pickles alike)."""
+    start = new(Start)
+    fields = start.__dict__
+    fields["job_id"] = job_id
+    fields["key"] = key
+    fields["units"] = units
+    fields["expected_duration"] = duration
+    return start
 
 
 def build_queue(
-    ordered: Sequence[Job], operators: dict[str, Operator], bands: Mapping[str, Band] | None = None
+    ordered: Sequence[Job],
+    operators: Mapping[str, Operator],
+    bands: Mapping[str, Band] | None = None,
 ) -> Queue:
     """Drop unplaceable jobs, hold elastic jobs to their bands, find the longest prefix that
     fits at minimums."""
@@ -160,15 +191,33 @@ def build_queue(
     bands = bands or {}
     for job in ordered:
         serve = usable.get(job.key)
-        options = serve(job.options) if serve is not None else ()
-        if not options:
+        entry = None if serve is None else queue_entry(job, serve, bands.get(job.job_id)
+                                                        if bands else None)
+        if entry is None:
             unplaceable.append(job.job_id)
-            continue
-        if bands and job.elastic and job.job_id in bands:
-            options = _within(options, bands[job.job_id])
-        known = job.known if options is job.options else None not in [d for _, d in options]
-        entries.append(Entry(job, options, job.elastic and known and len(options) > 1))
+        else:
+            entries.append(entry)
     return Queue(tuple(entries), _fitting(entries, operators), tuple(unplaceable))
+
+
+def queue_entry(
+    job: Job, usable: Callable[[tuple[Option, ...]], tuple[Option, ...]], band: Band | None
+) -> Entry | None:
+    """A job's queue entry: the options its pool can serve (`usable`), held to `band` if the
+    job is elastic; None if the pool can serve none. It depends on the job, the pool's
+    `usable` and the band alone (callers may cache it)."""
+    options = usable(job.options)
+    if not options:
+        return None
+    if band is not None and job.elastic:
+        options = _within(options, band)
+    full = job.options
+    if options is full:
+        return Entry(job, options, job.is_elastic, len(full))
+    known = job.known or None not in [d for _, d in options]  # all known: any of them too
+    elastic = job.elastic and known and len(options) > 1
+    lead = options[0] is full[0] and options[-1] is full[len(options) - 1]
+    return Entry(job, options, elastic, len(options) if lead else 0)
 
 
 def _within(options: tuple[Option, ...], band: Band) -> tuple[Option, ...]:
@@ -180,11 +229,19 @@ def _within(options: tuple[Option, ...], band: Band) -> tuple[Option, ...]:
     return options[low:high] if low < high else options[:1]
 
 
-def _fitting(entries: Sequence[Entry], operators: dict[str, Operator]) -> int:
+def _fitting(entries: Sequence[Entry], operators: Mapping[str, Operator]) -> int:
     """Length of the longest prefix of `entries` that fits at minimums."""
+    if all(isinstance(operator, CpuOperator) for operator in operators.values()):
+        left = {name: operator.free_units(operator.start) for name, operator in operators.items()}
+        for count, (job, options, *_) in enumerate(entries):  # a core count: subtraction
+            need = options[0][0]
+            if need > left[job.key]:
+                return count
+            left[job.key] -= need
+        return len(entries)
     states = {name: operator.start for name, operator in operators.items()}
     places = {name: operator.place for name, operator in operators.items()}
-    for count, (job, options, _) in enumerate(entries):
+    for count, (job, options, *_) in enumerate(entries):
         placed = places[job.key](states[job.key], options[0][0])
         if placed is None:
             return count
@@ -198,32 +255,102 @@ def _settle_pool(
     queue: Queue,
     operator: Operator,
     launches: dict[str, Launch],
+    alone: bool = False,
 ) -> GroupOutcome | None:
-    """Settle one pool's candidates; add their launches; the eviction outcome if elastic."""
+    """Settle one pool's candidates; add their launches; the eviction outcome if elastic.
+    `alone`: the queue holds this pool's jobs only."""
     name = operator.name
-    mine = [e for e in queue.entries[: queue.candidates] if e.job.key == name]
-    fixed = [e for e in mine if not e.elastic]
-    elastic = [e for e in mine if e.elastic]
-    chosen: list[tuple[Entry, int]] = [(e, 0) for e in fixed]
+    candidates = queue.entries[: queue.candidates]
+    mine = candidates if alone else [e for e in candidates if e.job.key == name]
+    fixed: list[Entry] = []
+    elastic: list[Entry] = []
+    for entry in mine:
+        (elastic if entry.elastic else fixed).append(entry)
+    admitted = 0
+    picks: Mapping[int, Pick] = {}
     outcome = None
     if elastic:
-        rest = [e for e in queue.entries[queue.candidates :] if e.job.key == name]
+        rest = queue.entries[queue.candidates :]
+        if not alone:
+            rest = tuple(e for e in rest if e.job.key == name)
         group = Group(snapshot, config, operator, fixed, elastic, rest)
-        offsets = [0 if e.options is e.job.options else _offset(e) for e in elastic]
-        runs = zip(elastic, offsets, strict=True)
-        prime_option_arrays([entry.job for entry, at in runs if at is not None])
-        rows = [_arrays(e, at) for e, at in zip(elastic, offsets, strict=True)]
-        solver = operator.solver(_after(operator, fixed), rows)
+        solver = _solver(operator, _after(operator, fixed), elastic, group.minimums)
         admitted, allocation, objectives = _evict(group, solver)
-        chosen += zip(elastic, allocation.options(admitted), strict=False)
+        picks = allocation.picks
         ids = tuple(e.job.job_id for e in elastic)
         values = tuple(value * RESOLUTION for value in objectives)
         outcome = GroupOutcome(name, ids, admitted, values)
+    chosen = [*fixed, *elastic[:admitted]]
     if chosen:
-        assigned = operator.assign([(e.job.job_id, e.options[i][0]) for e, i in chosen])
-        for entry, index in chosen:
-            launches[entry.job.job_id] = (assigned[entry.job.job_id], entry.options[index][1])
+        started = [entry.job.job_id for entry in chosen]
+        requests = list(zip(started, [entry.options[0][0] for entry in chosen], strict=True))
+        at = len(fixed)
+        for i, pick in picks.items():
+            requests[at + i] = (started[at + i], elastic[i].options[pick.option][0])
+        assigned = operator.assign(requests)
+        for job_id, entry in zip(started, chosen, strict=True):
+            launches[job_id] = (assigned[job_id], entry.options[0][1])
+        for i, pick in picks.items():
+            job_id = started[at + i]
+            launches[job_id] = (assigned[job_id], elastic[i].options[pick.option][1])
     return outcome
+
+
+def _solver(operator: Operator, state: State, elastic: Sequence[Entry],
+            minimums: Sequence[int]) -> PrefixSolver:
+    """The prefix DP over the elastic candidates' options (at least `minimums` units each),
+    from the jobs' cached arrays."""
+    if isinstance(operator, CpuOperator):
+        solver = _count_solver(state[0], elastic, minimums)
+        if solver is not None:
+            return solver
+    offsets = [_offset(e) for e in elastic]
+    prime_option_arrays([e.job for e, at in zip(elastic, offsets, strict=True) if at is not None])
+    rows = [_arrays(e, at) for e, at in zip(elastic, offsets, strict=True)]
+    return operator.solver(state, rows)
+
+
+def _count_solver(budget: int, elastic: Sequence[Entry],
+                  minimums: Sequence[int]) -> CountSolver | None:
+    """A `CountSolver` whose rows are read from the jobs' cached tick costs, when every entry
+    holds the first options of its job's (`Entry.lead`; None otherwise)."""
+    lengths = list(map(_LEAD, elastic))
+    if min(lengths) == 0:
+        return None
+    jobs = list(map(_JOB, elastic))
+    prime_option_ticks(jobs)
+    rows = list(map(_TICKS, jobs))
+    sizes = list(map(len, rows))
+    width = max(lengths)
+    present = np.arange(width)[None, :] < np.array(lengths, dtype=np.intp)[:, None]
+    flat = np.concatenate(rows)
+    if min(sizes) == max(sizes):
+        costs = flat.reshape(len(jobs), sizes[0])[:, :width].copy()
+    else:
+        costs = np.full((len(jobs), max(sizes)), INFEASIBLE, dtype=np.int64)
+        costs[np.arange(max(sizes))[None, :] < np.array(sizes)[:, None]] = flat
+        costs = costs[:, :width].copy()
+    costs[~present] = INFEASIBLE
+    least = np.array(minimums, dtype=np.intp)
+    if all(map(_RUNS, jobs)):
+        return CountSolver.padded(budget, least, None, costs, present)
+    units = np.zeros((len(jobs), width), dtype=np.intp)
+    units[present] = np.concatenate([job.option_arrays[0][:n] for job, n in
+                                     zip(jobs, lengths, strict=True)])
+    extras = units - least[:, None]
+    contiguous = bool(np.all((extras == np.arange(width)) | ~present))
+    return CountSolver.padded(budget, least, None if contiguous else extras, costs, present)
+
+
+_JOB = itemgetter(0)
+_OPTIONS = itemgetter(1)
+_LEAD = itemgetter(3)
+_FIRST = itemgetter(0)
+_SECOND = itemgetter(1)
+_TICKS = attrgetter("option_ticks")
+_RUNS = attrgetter("runs")
+_SUBMITTED = attrgetter("submitted_at")
+"""Fields read in bulk (`map` runs them in C)."""
 
 
 def _offset(entry: Entry) -> int | None:
@@ -233,7 +360,8 @@ def _offset(entry: Entry) -> int | None:
     if options is full:
         return 0
     first = options[0]
-    start = next((i for i, option in enumerate(full) if option is first), None)
+    start = 0 if full[0] is first else next(
+        (i for i, option in enumerate(full) if option is first), None)
     if start is None or options[-1] is not full[start + len(options) - 1]:
         return None
     return start
@@ -307,19 +435,21 @@ class Group:
         running = _running_seeds(snapshot.running, operator.name, now, self.fallback)
         self.free = operator.free_units(operator.start)
         self.capacity = self.free + sum(units for _, units in running)
-        fixed_plain = _plain(fixed, now, fallback)
-        self.fixed_total = sum(waited + cost for _, cost, waited in fixed_plain)
-        self.fixed_used = sum(units for units, _, _ in fixed_plain)
-        self.static_seeds = running + [(cost, units) for units, cost, _ in fixed_plain]
-        self.plain = _plain(elastic, now, fallback)
-        self.rest_plain = _plain(rest, now, fallback)
-        self.waited_prefix = [0, *accumulate(waited for _, _, waited in self.plain)]
-        self.used_prefix = [0, *accumulate(units for units, _, _ in self.plain)]
-        costs = [cost for _, cost, _ in self.plain]
-        self.by_finish = sorted(range(len(elastic)), key=costs.__getitem__)
-        needs = [units for units, _, _ in reversed(self.plain)]
-        self.need_suffix = [*accumulate(needs, initial=0)][::-1]
-        self.rest_need = sum(units for units, _, _ in self.rest_plain)
+        units, costs, waited = _plain(fixed, now, fallback)
+        self.fixed_total = sum(waited) + sum(costs)
+        self.fixed_used = sum(units)
+        self.static_seeds = running + list(zip(costs, units, strict=True))
+        units, costs, waited = _plain(elastic, now, fallback)
+        self.minimums = units
+        """Each elastic candidate's minimum."""
+        self.plain = list(zip(units, costs, waited, strict=True))
+        self.waited_prefix = [0, *accumulate(waited)]
+        self.used_prefix = [0, *accumulate(units)]
+        self.by_finish = np.argsort(np.array(costs, dtype=np.int64), kind="stable").tolist()
+        self.need_suffix = [*accumulate(reversed(units), initial=0)][::-1]
+        units, costs, waited = _plain(rest, now, fallback)
+        self.rest_plain = list(zip(units, costs, waited, strict=True))
+        self.rest_need = sum(units)
 
     def objective(self, k: int, allocation: Allocation) -> int:
         """The objective in ticks with the first k elastic candidates admitted."""
@@ -365,21 +495,25 @@ class Group:
         return seeds
 
 
-def _plain(entries: Sequence[Entry], now: float, fallback: float) -> list[Plain]:
-    """(units, ticks, ticks waited) of each entry at its minimum, converted in one go.
+def _plain(entries: Sequence[Entry], now: float, fallback: float
+           ) -> tuple[list[int], list[int], list[int]]:
+    """Units, ticks and ticks waited of each entry at its minimum, converted in one go.
 
     Same numbers as `dp.ticks` / `dp.round_ticks` one by one (IEEE division, then round
     half to even), which the naive reference uses.
     """
     if not entries:
-        return []
-    units = [options[0][0] for _, options, _ in entries]
-    durations = [options[0][1] for _, options, _ in entries]
-    first = np.array([fallback if d is None else d for d in durations], dtype=np.float64)
-    submitted = np.array([job.submitted_at for job, _, _ in entries], dtype=np.float64)
+        return [], [], []
+    firsts = list(map(_FIRST, map(_OPTIONS, entries)))
+    units = list(map(_FIRST, firsts))
+    durations = list(map(_SECOND, firsts))
+    if None in durations:
+        durations = [fallback if d is None else d for d in durations]
+    first = np.array(durations, dtype=np.float64)
+    submitted = np.fromiter(map(_SUBMITTED, map(_JOB, entries)), np.float64, len(entries))
     costs = np.minimum(np.rint(first / RESOLUTION), MAX_TICKS).astype(np.int64).tolist()
     waited = np.rint((now - submitted) / RESOLUTION).astype(np.int64).tolist()
-    return list(zip(units, costs, waited, strict=True))
+    return units, costs, waited
 
 
 def _running_seeds(

@@ -1,7 +1,8 @@
 """Plain input and output data of the scheduler: frozen dataclasses, checked on construction.
 
-The one addition to plain data is `Job.option_arrays`, a cached array view of a job's options,
-so a job that waits through several scheduling points is converted once.
+The one addition to plain data is derived data cached on each `Job` (`option_arrays`, a cached
+array view of its options, `option_ticks`, `is_elastic`, `runs`, and `memo`, scratch space for
+schedulers), so a job that waits through several scheduling points is converted once.
 
 Inputs describe one scheduling point: the waiting jobs, the pools with their free units and
 topology, the running jobs and the clock. Outputs are a `Decision`: which jobs start now and on
@@ -12,13 +13,48 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import cached_property
 from itertools import pairwise
+from typing import Any, Generic, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
 
+from tangram_celery.scheduling.dp import MAX_TICKS, RESOLUTION
 from tangram_celery.scheduling.residency import Resident
+
+_Owner = TypeVar("_Owner")
+_Value = TypeVar("_Value")
+
+
+class derived(Generic[_Owner, _Value]):
+    """`functools.cached_property` without its lock (before Python 3.12 it takes one at every
+    first access, which costs more than most of what it caches here): the value is computed
+    once and stored in the instance's `__dict__`, which from then on shadows this non-data
+    descriptor. For data derived from frozen dataclasses, never part of their equality."""
+
+    def __init__(self, compute: Callable[[_Owner], _Value]) -> None:
+        self.compute = compute
+        self.name = compute.__name__
+        self.__doc__ = compute.__doc__
+
+    def __set_name__(self, owner: type[Any], name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, instance: None, owner: type[Any] | None = None) -> derived[_Owner, _Value]:
+        ...
+
+    @overload
+    def __get__(self, instance: _Owner, owner: type[Any] | None = None) -> _Value:
+        ...
+
+    def __get__(self, instance: _Owner | None, owner: type[Any] | None = None
+                ) -> _Value | derived[_Owner, _Value]:
+        if instance is None:
+            return self
+        value = instance.__dict__[self.name] = self.compute(instance)
+        return value
+
 
 Option = tuple[int, float | None]
 """An allowed unit count of a job's key resource and the expected duration at it (None: unknown)."""
@@ -152,12 +188,12 @@ class Job:
         """The smallest allowed unit count."""
         return self.options[0][0]
 
-    @property
+    @derived
     def is_elastic(self) -> bool:
-        """Whether the scheduler may give this job more than its minimum."""
+        """Whether the scheduler may give this job more than its minimum (derived, cached)."""
         return self.elastic and self.known and len(self.options) > 1
 
-    @cached_property
+    @derived
     def option_arrays(self) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
         """`options` as arrays of unit counts and durations (NaN: unknown), built once.
 
@@ -165,6 +201,24 @@ class Job:
         queue across scheduling points is converted only once.
         """
         return option_arrays(self.options)
+
+    @derived
+    def option_ticks(self) -> npt.NDArray[np.int64]:
+        """Each option's expected duration in DP ticks (`dp.ticks`: `dp.RESOLUTION` seconds,
+        rounded half to even, at most `dp.MAX_TICKS`); -1 where unknown. Cached like
+        `option_arrays`."""
+        return _option_ticks(self.option_arrays[1])
+
+    @derived
+    def runs(self) -> bool:
+        """Whether the unit counts are consecutive (cached)."""
+        return self.options[-1][0] - self.options[0][0] == len(self.options) - 1
+
+    @derived
+    def memo(self) -> dict[object, object]:
+        """Scratch space where schedulers cache what they derive from this job alone (keyed
+        by what it depends on); not part of equality."""
+        return {}
 
 
 @dataclass(frozen=True)
@@ -263,6 +317,27 @@ def option_arrays(
     units = np.array([count for count, _ in options], dtype=np.intp)
     durations = np.array([np.nan if d is None else d for _, d in options], dtype=np.float64)
     return units, durations
+
+
+def _option_ticks(durations: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+    known = ~np.isnan(durations)
+    scaled = np.minimum(np.rint(np.where(known, durations, 0.0) / RESOLUTION), MAX_TICKS)
+    return np.where(known, scaled.astype(np.int64), -1)
+
+
+def prime_option_ticks(jobs: Iterable[Job]) -> None:
+    """Fill the `option_ticks` (and `option_arrays`) caches of many jobs in one conversion."""
+    todo = [job for job in jobs if "option_ticks" not in vars(job)]
+    if not todo:
+        return
+    prime_option_arrays(todo)
+    arrays = [job.option_arrays[1] for job in todo]
+    flat = _option_ticks(np.concatenate(arrays)) if len(arrays) > 1 else _option_ticks(arrays[0])
+    start = 0
+    for job, durations in zip(todo, arrays, strict=True):
+        end = start + len(durations)
+        vars(job)["option_ticks"] = flat[start:end]
+        start = end
 
 
 def prime_option_arrays(jobs: Iterable[Job]) -> None:

@@ -43,12 +43,12 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import cast
 
-from tangram_celery.scheduling.backfill import Busy, Waiting, plan
+from tangram_celery.scheduling.backfill import Busy, Choice, Plan, Waiting, choose
 from tangram_celery.scheduling.demand import (
     NO_DEMAND,
     Demand,
@@ -56,9 +56,26 @@ from tangram_celery.scheduling.demand import (
     DemandTracker,
     job_class,
 )
-from tangram_celery.scheduling.ersa import SchedulerConfig, settle
+from tangram_celery.scheduling.ersa import (
+    Band,
+    Entry,
+    Queue,
+    SchedulerConfig,
+    queue_entry,
+    settle,
+    settle_queue,
+)
 from tangram_celery.scheduling.loans import Holder, Loan, LoanConfig, plan_loans
-from tangram_celery.scheduling.types import Core, CpuPool, Decision, Job, Pool, Snapshot
+from tangram_celery.scheduling.topology import CpuOperator
+from tangram_celery.scheduling.types import (
+    Core,
+    CpuPool,
+    Decision,
+    Job,
+    Option,
+    Pool,
+    Snapshot,
+)
 
 
 @dataclass(frozen=True)
@@ -187,48 +204,141 @@ def _pool_decision(
     snapshot: Snapshot, pool: Pool, jobs: list[Job], outlook: Outlook, config: RobustConfig
 ) -> Decision:
     """One pool: plan the starts at minimums, then let the paper's allocator spread units."""
-    running = tuple(job for job in snapshot.running if job.key == pool.name)
     if not isinstance(pool, CpuPool):
+        running = tuple(job for job in snapshot.running if job.key == pool.name)
         return settle(Snapshot(snapshot.now, tuple(jobs), (pool,), running), jobs, config.base)
     demand = outlook.demand.get(pool.name, NO_DEMAND)
     reserve = reserve_units(demand, pool.total, config)
-    caps = _caps(jobs, demand, pool.total, reserve, config)
-    placeable = [job for job in jobs if job.minimum <= pool.total]
-    most = min(pool.total, config.max_units or pool.total)
-    caps = {job.job_id: min(caps.get(job.job_id, most), most) for job in jobs if job.is_elastic}
-    queue = [_waiting(job, caps.get(job.job_id, most), snapshot.now, config)
-             for job in placeable]
+    cap = elastic_cap(demand, pool.total, config)
+    now, total = snapshot.now, pool.total
+    placeable = [job for job in jobs if job.minimum <= total]
+    queue = _views(placeable, cap, now, config)
     fallback = config.base.fallback_duration
+    short_running = outlook.short_running
     busy = [
-        Busy(job.units, snapshot.now + fallback if job.expected_finish is None
-             else job.expected_finish, job.job_id in outlook.short_running)
-        for job in running
+        Busy(job.units, now + fallback if job.expected_finish is None else job.expected_finish,
+             job.job_id in short_running)
+        for job in snapshot.running if job.key == pool.name
     ]
-    chosen = plan(queue, busy, pool.total, len(pool.free), reserve, snapshot.now,
-                  config.backfill)
+    choice = choose(queue, busy, total, len(pool.free), reserve, now, config.backfill)
+    width = sum(map(_UNITS_OF, choice.chosen)) + choice.long_left
+    operator = CpuOperator(pool if width >= len(pool.free) else
+                           CpuPool(pool.name, _cores(pool.free, width), total))
+    built = _queue(jobs, placeable, choice, cap, operator)
+    return settle_queue(snapshot, config.base, built, {pool.name: operator})
+
+
+def elastic_cap(demand: Demand, total: int, config: RobustConfig) -> int:
+    """The most units any elastic job may get under the forecast: the DoP cap (`dop_cap`;
+    the pool if none), within `max_units`."""
+    cap = dop_cap(demand, total, config)
+    most = min(total, config.max_units or total)
+    return most if cap is None else min(cap, most)
+
+
+def _bands(jobs: Sequence[Job], chosen: Plan, cap: int, total: int) -> dict[str, Band]:
+    """The units the allocator may give the chosen jobs and the head: from what the plan
+    holds them to up to the cap if elastic (up to the pool if not)."""
+    held = [*chosen.chosen, *([chosen.head] if chosen.head else [])]
+    elastic = {job.job_id for job in jobs if job.is_elastic}
+    return {job_id: (units, cap if job_id in elastic else total) for job_id, units in held}
+
+
+def _queue(jobs: Sequence[Job], placeable: Sequence[Job], choice: Choice, cap: int,
+           operator: CpuOperator) -> Queue:
+    """The allocator's queue for the plan: what `build_queue` builds from the `_reordered`
+    jobs with their `_bands` (the chosen jobs in queue order, the head, the rest), each job's
+    entry cached on the job (`Job.memo`).
+
+    Every job the plan chooses is held at its minimum (the plan's views start at it, and a
+    chosen view is itself or held to its first count), so a chosen job's band is (its
+    minimum, the cap if elastic, else the pool): its entry depends on the job, the pool's
+    size and the cap alone. The chosen jobs fit (the view has their minimums and the long
+    room left), so they are the first candidates; `_fitting` goes on from there."""
+    total = operator.pool.total
+    usable = operator.usable
+    at, later = choice.at, choice.later
+    chosen = [*placeable[:at], *(placeable[i] for i in later)]
+    key = f"{_ENTRY}:{total}:{cap}"
+    first = [_entry(job, key, usable, (job.minimum, cap if job.is_elastic else total))
+             for job in chosen]
+    if choice.head is not None:
+        job = placeable[at]
+        band = (choice.head.units, cap if job.is_elastic else total)
+        held = [queue_entry(job, usable, band)]
+        skip = set(later)
+        key = f"{_ENTRY}:{total}"
+        held += [_entry(job, key, usable, None)
+                 for i, job in enumerate(placeable[at + 1 :], at + 1) if i not in skip]
+    else:
+        held = []
+    entries = tuple(cast(list[Entry], [*first, *held]))
+    unplaceable = () if len(placeable) == len(jobs) else tuple(
+        job.job_id for job in jobs if job.minimum > total)
+    left = len(operator.pool.free) - sum(map(_MINIMUM, first))
+    candidates = len(first)
+    for entry in entries[candidates:]:  # `_fitting` past the chosen jobs (they fit)
+        if entry.options[0][0] > left:
+            break
+        left -= entry.options[0][0]
+        candidates += 1
+    return Queue(entries, candidates, unplaceable)
+
+
+def _entry(job: Job, key: str, usable: Callable[[tuple[Option, ...]], tuple[Option, ...]],
+           band: Band | None) -> Entry | None:
+    """`queue_entry(job, usable, band)`, cached on the job under `key` (which must name what
+    the entry depends on besides the job)."""
+    memo = job.memo
+    entry = memo.get(key, _MISSING)
+    if entry is _MISSING:
+        entry = memo[key] = queue_entry(job, usable, band)
+    return cast(Entry | None, entry)
+
+
+_MISSING = object()
+_UNITS = itemgetter(0)
+_UNITS_OF = attrgetter("units")
+_MINIMUM = attrgetter("minimum")
+_ENTRY = "robust.entry"
+_WAITING = "robust.waiting"
+"""Keys of what `decide_robust` caches in `Job.memo`."""
+
+
+def _settled(snapshot: Snapshot, jobs: list[Job], chosen: Plan, cap: int,
+             operator: CpuOperator, config: RobustConfig) -> Decision:
+    """The allocator on the plan, the plain way: `settle` on the reordered jobs with bands
+    (what `_queue` builds, without its caches)."""
+    pool = operator.pool
     head = None if chosen.head is None else chosen.head[0]
     order = _reordered(jobs, [job_id for job_id, _ in chosen.chosen], head)
-    width = sum(units for _, units in chosen.chosen) + chosen.long_left
-    view = CpuPool(pool.name, _cores(pool.free, width), pool.total)
-    held = [*chosen.chosen, *([chosen.head] if chosen.head else [])]
-    bands = {job_id: (units, caps.get(job_id, pool.total)) for job_id, units in held}
-    return settle(Snapshot(snapshot.now, tuple(order), (view,), running), order, config.base,
-                  bands)
+    running = tuple(job for job in snapshot.running if job.key == pool.name)
+    return settle(Snapshot(snapshot.now, tuple(order), (pool,), running), order, config.base,
+                  _bands(jobs, chosen, cap, pool.total))
 
 
-def _caps(jobs: Sequence[Job], demand: Demand, total: int, reserve: int,
-          config: RobustConfig) -> dict[str, int]:
-    """The most units each elastic job may get under the forecast."""
-    elastic = [job for job in jobs if job.is_elastic]
-    cap = dop_cap(demand, total, config)
-    return {} if cap is None else {job.job_id: cap for job in elastic}
+def _views(jobs: Sequence[Job], cap: int, now: float, config: RobustConfig) -> list[Waiting]:
+    """The plan's view of each job (`_view`), cached on the job (`Job.memo`) under what it
+    depends on besides the job: so a job that stays queued keeps its view and what the plan
+    derives from it."""
+    key = (f"{_WAITING}:{config.horizon}:{config.demand.short_s!r}:"
+           f"{config.base.fallback_duration!r}:{cap}")
+    fresh, late = f"{key}:0", f"{key}:1"
+    bypass = config.max_bypass_s
+    views = []
+    for job in jobs:
+        overdue = now - job.submitted_at >= bypass
+        memo = job.memo
+        view = memo.get(late if overdue else fresh)
+        if view is None:
+            view = memo[late if overdue else fresh] = _view(job, cap, overdue, config)
+        views.append(view)
+    return cast(list[Waiting], views)
 
 
-def _waiting(job: Job, cap: int, now: float, config: RobustConfig) -> Waiting:
-    """The plan's view of a job: its counts up to its cap if elastic (and the horizon view is
-    on), else its minimum (a slice of the job's own options: no copy per scheduling point)."""
+def _view(job: Job, cap: int, overdue: bool, config: RobustConfig) -> Waiting:
     if job.is_elastic and config.horizon:
-        options = job.options[: max(bisect_right(job.options, cap, key=itemgetter(0)), 1)]
+        options = job.options[: max(bisect_right(job.options, cap, key=_UNITS), 1)]
     else:
         duration = job.options[0][1]
         fallback = config.base.fallback_duration
@@ -237,7 +347,7 @@ def _waiting(job: Job, cap: int, now: float, config: RobustConfig) -> Waiting:
         job.job_id,
         cast(tuple[tuple[int, float], ...], options),  # elastic: every duration is known
         job_class(job, config.demand.short_s) == "short",
-        now - job.submitted_at >= config.max_bypass_s,
+        overdue,
     )
 
 

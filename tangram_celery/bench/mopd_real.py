@@ -93,8 +93,8 @@ DISPATCH_S = 0.005
 run (presets ``sim`` and ``sim-measured``). The coding mode's 46 ms (``sim.costs.CONTROL_PLANE``)
 includes 33 ms of bubblewrap sandbox setup that a reward action never pays; this is the median
 overhead of the teacher calls that restored nothing in ``tangram bench mopd --mode real`` on
-the 2-core dev machine (client validation, publish, broker, the pool worker's hand-off and
-result path): 4-7 ms per system."""
+the 2-core dev machine (client validation, publish, broker, the pool worker's hand-off, the
+gRPC call and the result path): 3-6 ms per system."""
 SIM_COSTS = Costs(dispatch_s=DISPATCH_S)
 MEASURED = "sim-measured"
 """The preset of the simulation charged the restore times the real runs measured."""
@@ -106,9 +106,9 @@ WORKERS = {"tangram": None, "tangram:ersa": "elastic", "celery": "fcfs-min", "st
 @dataclass(frozen=True)
 class RestoreFit:
     """What a restore cost on the real stack beyond the emulated time, as ``fixed_s +
-    per_gpu_s * k`` on a chunk of ``k`` (least squares over ``samples`` restores): with
-    simulated GPUs Triton starts one python-backend stub process per GPU of the chunk, on this
-    machine's CPUs."""
+    per_gpu_s * k`` on a chunk of ``k`` (least squares over ``samples`` restores): Triton
+    starts one python-backend stub process per simulated GPU of the chunk, and they compete for
+    this machine's CPUs with every other load and request of the moment."""
 
     fixed_s: float = 0.0
     per_gpu_s: float = 0.0
@@ -302,6 +302,14 @@ def teacher_action(spec: ActionSpec, trajectory_id: str, system: str,
     return reward_action(trajectory_id, spec.service, {"t1": spec.t1 / time_scale}, gpu=gpu,
                          pool=pool_name(spec.service) if static else POOL, t1=spec.t1,
                          elasticity={"amdahl": spec.parallel}, signature=spec.service)
+
+
+def server_args(config: RealGpuConfig) -> list[str]:
+    """The run's extra ``tritonserver`` flags: as many model-load threads as GPUs. Triton loads
+    at most ``--model-load-thread-count`` models at once (default 4) and queues the rest;
+    evict-on-execution may restore a service on every GPU at the same moment (8 concurrent
+    1-instance loads: 4.7 s with the default, 2.4 s with 16 threads, measured here)."""
+    return [f"--model-load-thread-count={max(4, config.gpus)}"]
 
 
 def worker_env(settings: Settings, triton: TritonServer, repository: Path, scheduler: str,
@@ -548,7 +556,8 @@ def _run_once(workload: Workload, system: str, config: RealGpuConfig,
         watch = Watch()
         stack.callback(watch.kill)
         triton = watch.attach(stack.enter_context(TritonServer(
-            repository, workdir=work / "triton", exit_timeout_s=3)))
+            repository, workdir=work / "triton", exit_timeout_s=3,
+            extra_args=server_args(config))))
         if unload_wait_s > 0:
             stack.callback(_count_unloads, triton, result, unload_wait_s)
         env = worker_env(settings, triton, repository, pools[0].scheduler,
@@ -692,9 +701,18 @@ def report_notes(config: RealGpuConfig, summaries: Sequence[Summary],
         "charges weights / dop x 1.2 per GPU at each parallelism. On the real stack a teacher "
         "on a larger chunk therefore reserves more memory per GPU than simulated (more "
         "evictions for the systems that scale teachers up; exact for celery and static).",
+        "Estimates: the pool's admission gate expects a granted call to hold its chunk for "
+        "its exec time only (`Admission` sets a running action's `expected_end` to the grant "
+        "plus the chosen option's duration), not for the restore the grant may trigger; the "
+        "simulator's running jobs include the restore. The pool's scheduler also starts from "
+        "one restore estimate for every teacher (`TANGRAM_GPU_RESTORE_S`, here the mean "
+        "restore at the smallest parallelism) until it has measured each (teacher, chunk "
+        "size); the simulator's knows them all from the start.",
         "The pool workers talk to Triton over gRPC: over HTTP each load holds one of Triton's "
         "HTTP threads and stalls the inference requests it serves (triton-inference-server/"
-        "server#8958).",
+        "server#8958). The server runs one model-load thread per GPU "
+        f"(`--model-load-thread-count={max(4, config.gpus)}`; Triton's default of 4 queues "
+        "concurrent restores).",
     ]
     points = list(dict.fromkeys(str(s.point) for s in summaries))
     for point in points:
@@ -705,8 +723,9 @@ def report_notes(config: RealGpuConfig, summaries: Sequence[Summary],
             f"*{MEASURED}*{where}: the same simulation, each restore charged what the real "
             f"runs' restores measured beyond the emulated time, {fit.fixed_s:.2f} s + "
             f"{fit.per_gpu_s:.2f} s per simulated GPU of the chunk (least squares over "
-            f"{fit.samples} restores; Triton starts one python-backend stub process per "
-            "simulated GPU, on this machine's 2 cores).")
+            f"{fit.samples} restores: the python-backend stub processes Triton starts, one per "
+            "simulated GPU of the chunk, competing with the other loads and requests for this "
+            "machine's 2 cores).")
         by_preset = {p: [s for s in here if s.costs == p] for p in PRESET_NAMES}
         real = by_preset["real"]
         if not real:

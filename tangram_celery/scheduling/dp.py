@@ -140,12 +140,12 @@ class CountSolver:
         minimums: IndexArray,
         extras: IndexArray | None,
         costs: IntArray,
-        present: npt.NDArray[np.bool_],
+        present: npt.NDArray[np.bool_] | None,
     ) -> CountSolver:
         """A solver from padded rows: each candidate's minimum, the extra units of its options
         beyond it ((n, s); None: 0, 1, 2, ... for every row), their tick costs ((n, s),
         `INFEASIBLE` where absent) and which entries are present ((n, s), a prefix of each
-        row)."""
+        row; None: all)."""
         solver = cls.__new__(cls)
         solver._setup(budget, minimums, extras, costs, present)
         return solver
@@ -156,13 +156,16 @@ class CountSolver:
         minimums: IndexArray,
         extras: IndexArray | None,
         costs: IntArray,
-        present: npt.NDArray[np.bool_],
+        present: npt.NDArray[np.bool_] | None,
     ) -> None:
         n, width = costs.shape
         self._n = n
         self._stride = n + 1
-        self._slack = budget - np.concatenate(([0], np.cumsum(minimums)))
-        self._acc = np.concatenate(([0], np.cumsum(costs[:, 0])))
+        self._slack = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(minimums, out=self._slack[1:])
+        np.subtract(budget, self._slack, out=self._slack)
+        self._acc = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(costs[:, 0], out=self._acc[1:])
         self._stay = costs[:, 0]
         self._cost = np.ascontiguousarray(costs[:, 1:].T)
         self._contiguous = extras is None
@@ -171,7 +174,8 @@ class CountSolver:
             self._reach = np.arange(1, width)
             self._cost_down = np.ascontiguousarray(self._cost[::-1])
         else:
-            self._extras = extras
+            if present is None:
+                present = np.ones(costs.shape, dtype=np.bool_)
             self._pad = int(extras[present].max())
             self._reach = np.where(present, extras, np.iinfo(np.intp).max)[:, 1:].min(axis=0)
             gather = np.where(present[:, 1:], extras[:, 1:], 1)
@@ -181,7 +185,9 @@ class CountSolver:
         self._table[: self._pad] = INFEASIBLE
         self._flat = self._table.reshape(-1)
         self._jumps: list[list[int]] = []
-        self._moves: list[list[tuple[int, int, int]]] = []
+        self._moves: list[list[int]] = []
+        self._shifts: list[list[int]] = []
+        self._extras = extras
         self._costs = costs
         self._minimum: list[int] = minimums.tolist()
         self._rows = n
@@ -196,7 +202,7 @@ class CountSolver:
         if slack < 0 or not 1 <= k <= self._n:
             raise ValueError(f"the first {k} candidates do not fit at their minimums")
         if k > self._rows:
-            self._jumps, self._moves, self._rows = [], [], k
+            self._jumps, self._moves, self._shifts, self._rows = [], [], [], k
         while len(self._jumps) <= slack:
             self._column(len(self._jumps), k)
         self._rows = min(self._rows, k)
@@ -211,6 +217,7 @@ class CountSolver:
             line[1 : rows + 1] = acc
             self._jumps.append([])
             self._moves.append([])
+            self._shifts.append([])
             return
         top = self._pad + e
         if self._contiguous:  # option j sits j rows up: a plain slice, largest extra first
@@ -232,9 +239,11 @@ class CountSolver:
         options = candidates[:, jumped].argmin(axis=0) + 1
         self._jumps.append((jumped + 1).tolist())
         picked = options.tolist()
-        extra = picked if self._contiguous else self._extras[jumped, options].tolist()
-        cost = self._costs[jumped, options].tolist()
-        self._moves.append(list(zip(picked, extra, cost, strict=True)))
+        self._moves.append(picked)
+        if self._extras is None:
+            self._shifts.append(picked)
+        else:
+            self._shifts.append(self._extras[jumped, options].tolist())
 
     def _options_within(self, e: int) -> int:
         """How many option columns beyond the minimum some row can use in column e."""
@@ -245,14 +254,17 @@ class CountSolver:
     def _trace(self, k: int, e: int) -> dict[int, Pick]:
         """Follow the rows where a candidate takes more than its minimum, last first."""
         picks: dict[int, Pick] = {}
+        jumps, moves, shifts, minimum = self._jumps, self._moves, self._shifts, self._minimum
+        costs, new = self._costs, tuple.__new__
         while e > 0 and k > 0:
-            rows = self._jumps[e]
+            rows = jumps[e]
             at = bisect_right(rows, k) - 1
             if at < 0:
                 break
             k = rows[at]
-            option, extra, cost = self._moves[e][at]
-            picks[k - 1] = Pick(option, self._minimum[k - 1] + extra, cost)
+            option, extra = moves[e][at], shifts[e][at]
+            cost = int(costs[k - 1, option])
+            picks[k - 1] = new(Pick, (option, minimum[k - 1] + extra, cost))  # Pick(...)
             e -= extra
             k -= 1
         return picks

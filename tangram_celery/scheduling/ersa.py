@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate, islice
-from operator import attrgetter, itemgetter
-from typing import NamedTuple
+from itertools import accumulate, repeat
+from operator import attrgetter, is_, itemgetter
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -43,6 +43,7 @@ from tangram_celery.scheduling.dp import (
     RESOLUTION,
     Allocation,
     CountSolver,
+    IntArray,
     OptionArrays,
     Pick,
     PrefixSolver,
@@ -115,9 +116,6 @@ class Queue:
 Band = tuple[int, int]
 """The least and the most units an elastic job may be given."""
 
-Launch = tuple[tuple[int, ...], float | None]
-"""Concrete units given to a job and its expected duration with them."""
-
 
 def decide(snapshot: Snapshot, config: SchedulerConfig | None = None) -> Decision:
     """Decide which waiting jobs start now and on which units (see the module docstring)."""
@@ -146,21 +144,23 @@ def settle_queue(
 ) -> Decision:
     """`settle` on a queue already built (`build_queue`, or one a caller built the same way)
     for the pools of `operators`; of `snapshot` only the clock and the running jobs count."""
-    launches: dict[str, Launch] = {}
+    assigned: dict[str, tuple[int, ...]] = {}
+    options: dict[str, int] = {}
     deferred: list[str] = []
     groups: list[GroupOutcome] = []
     alone = len(operators) == 1
     for operator in operators.values():
-        outcome = _settle_pool(snapshot, config, queue, operator, launches, alone)
+        outcome = _settle_pool(snapshot, config, queue, operator, assigned, options, alone)
         if outcome is not None:
             groups.append(outcome)
             deferred.extend(outcome.candidates[outcome.admitted :])
     starts = []
     for entry in queue.entries[: queue.candidates]:
         job = entry.job
-        launch = launches.get(job.job_id)
-        if launch is not None:
-            starts.append(_start(job.job_id, job.key, *launch))
+        units = assigned.get(job.job_id)
+        if units is not None:
+            duration = entry.options[options.get(job.job_id, 0)][1]
+            starts.append(_start(job.job_id, job.key, units, duration))
     return Decision(tuple(starts), tuple(deferred), queue.unplaceable, tuple(groups))
 
 
@@ -254,11 +254,13 @@ def _settle_pool(
     config: SchedulerConfig,
     queue: Queue,
     operator: Operator,
-    launches: dict[str, Launch],
+    assigned: dict[str, tuple[int, ...]],
+    options: dict[str, int],
     alone: bool = False,
 ) -> GroupOutcome | None:
-    """Settle one pool's candidates; add their launches; the eviction outcome if elastic.
-    `alone`: the queue holds this pool's jobs only."""
+    """Settle one pool's candidates: add the units of those that start to `assigned`, and
+    the option index of those that start above their minimum to `options`; the eviction
+    outcome if elastic. `alone`: the queue holds this pool's jobs only."""
     name = operator.name
     candidates = queue.entries[: queue.candidates]
     mine = candidates if alone else [e for e in candidates if e.job.key == name]
@@ -277,22 +279,19 @@ def _settle_pool(
         solver = _solver(operator, _after(operator, fixed), elastic, group.minimums)
         admitted, allocation, objectives = _evict(group, solver)
         picks = allocation.picks
-        ids = tuple(e.job.job_id for e in elastic)
+        ids = tuple(map(_JOB_ID, map(_JOB, elastic)))
         values = tuple(value * RESOLUTION for value in objectives)
         outcome = GroupOutcome(name, ids, admitted, values)
     chosen = [*fixed, *elastic[:admitted]]
     if chosen:
-        started = [entry.job.job_id for entry in chosen]
-        requests = list(zip(started, [entry.options[0][0] for entry in chosen], strict=True))
+        started = list(map(_JOB_ID, map(_JOB, chosen)))
+        least = map(_FIRST, map(_FIRST, map(_OPTIONS, chosen)))
+        requests = list(zip(started, least, strict=True))
         at = len(fixed)
         for i, pick in picks.items():
             requests[at + i] = (started[at + i], elastic[i].options[pick.option][0])
-        assigned = operator.assign(requests)
-        for job_id, entry in zip(started, chosen, strict=True):
-            launches[job_id] = (assigned[job_id], entry.options[0][1])
-        for i, pick in picks.items():
-            job_id = started[at + i]
-            launches[job_id] = (assigned[job_id], elastic[i].options[pick.option][1])
+            options[started[at + i]] = pick.option
+        assigned.update(operator.assign(requests))
     return outcome
 
 
@@ -315,25 +314,32 @@ def _count_solver(budget: int, elastic: Sequence[Entry],
     """A `CountSolver` whose rows are read from the jobs' cached tick costs, when every entry
     holds the first options of its job's (`Entry.lead`; None otherwise)."""
     lengths = list(map(_LEAD, elastic))
-    if min(lengths) == 0:
+    shortest, width = min(lengths), max(lengths)
+    if shortest == 0:
         return None
     jobs = list(map(_JOB, elastic))
-    prime_option_ticks(jobs)
-    rows = list(map(_TICKS, jobs))
+    cached = list(map(dict.get, map(_FIELDS, jobs), repeat("option_ticks")))  # or None
+    if any(map(is_, cached, repeat(None))):
+        prime_option_ticks(jobs)
+        cached = list(map(_TICKS, jobs))
+    rows = cast(list[IntArray], cached)
     sizes = list(map(len, rows))
-    width = max(lengths)
-    present = np.arange(width)[None, :] < np.array(lengths, dtype=np.intp)[:, None]
-    flat = np.concatenate(rows)
+    flat = np.concatenate(rows)  # a new array: the rows may be written below
     if min(sizes) == max(sizes):
-        costs = flat.reshape(len(jobs), sizes[0])[:, :width].copy()
+        costs = flat.reshape(len(jobs), sizes[0])[:, :width]
     else:
         costs = np.full((len(jobs), max(sizes)), INFEASIBLE, dtype=np.int64)
         costs[np.arange(max(sizes))[None, :] < np.array(sizes)[:, None]] = flat
-        costs = costs[:, :width].copy()
-    costs[~present] = INFEASIBLE
+        costs = costs[:, :width]
+    present = None
+    if shortest < width:
+        present = np.arange(width)[None, :] < np.array(lengths, dtype=np.intp)[:, None]
+        costs[~present] = INFEASIBLE
     least = np.array(minimums, dtype=np.intp)
     if all(map(_RUNS, jobs)):
         return CountSolver.padded(budget, least, None, costs, present)
+    if present is None:
+        present = np.ones(costs.shape, dtype=np.bool_)
     units = np.zeros((len(jobs), width), dtype=np.intp)
     units[present] = np.concatenate([job.option_arrays[0][:n] for job, n in
                                      zip(jobs, lengths, strict=True)])
@@ -343,11 +349,13 @@ def _count_solver(budget: int, elastic: Sequence[Entry],
 
 
 _JOB = itemgetter(0)
+_JOB_ID = attrgetter("job_id")
 _OPTIONS = itemgetter(1)
 _LEAD = itemgetter(3)
 _FIRST = itemgetter(0)
 _SECOND = itemgetter(1)
 _TICKS = attrgetter("option_ticks")
+_FIELDS = attrgetter("__dict__")
 _RUNS = attrgetter("runs")
 _SUBMITTED = attrgetter("submitted_at")
 """Fields read in bulk (`map` runs them in C)."""
@@ -441,8 +449,9 @@ class Group:
         self.static_seeds = running + list(zip(costs, units, strict=True))
         units, costs, waited = _plain(elastic, now, fallback)
         self.minimums = units
-        """Each elastic candidate's minimum."""
-        self.plain = list(zip(units, costs, waited, strict=True))
+        """Each elastic candidate's minimum (and below, its ticks there and ticks waited)."""
+        self.costs = costs
+        self.waited = waited
         self.waited_prefix = [0, *accumulate(waited)]
         self.used_prefix = [0, *accumulate(units)]
         self.by_finish = np.argsort(np.array(costs, dtype=np.int64), kind="stable").tolist()
@@ -457,9 +466,10 @@ class Group:
         used = self.fixed_used + self.used_prefix[k]
         moved: list[Seed] = []
         for i, pick in allocation.picks.items():
-            used += pick.units - self.plain[i][0]
+            used += pick.units - self.minimums[i]
             moved.append((pick.cost, pick.units))
-        waiting = self.plain[k:] + self.rest_plain
+        waiting = [*zip(self.minimums[k:], self.costs[k:], self.waited[k:], strict=True),
+                   *self.rest_plain]
         if not waiting:
             return total
         first = self.elastic[k] if k < len(self.elastic) else self.rest[0]
@@ -484,13 +494,13 @@ class Group:
         if self.free > used:
             seeds.append((0, self.free - used))
         taken = 0
-        plain = self.plain
+        minimums, costs = self.minimums, self.costs
         for i in self.by_finish:
             if taken >= need:
                 break
             if i < k and i not in picks:
-                units, cost, _ = plain[i]
-                seeds.append((cost, units))
+                units = minimums[i]
+                seeds.append((costs[i], units))
                 taken += units
         return seeds
 
@@ -533,22 +543,24 @@ def _estimate(
     seeds: list[Seed], tries: Sequence[tuple[int, int]], waiting: Sequence[Plain], capacity: int
 ) -> int:
     """Total ACT in ticks of the waiting jobs, under the best of the first one's tries."""
-    return min(_simulate(seeds, first, waiting, capacity) for first in tries)
+    heapq.heapify(seeds)  # each try starts from a copy of the same heap
+    rest = waiting[1:]
+    waited = waiting[0][2]
+    return min(_simulate(seeds, [(units, cost, waited), *rest], capacity)
+               for units, cost in tries)
 
 
-def _simulate(
-    seeds: list[Seed], first: tuple[int, int], waiting: Sequence[Plain], capacity: int
-) -> int:
-    """Place the waiting jobs in order on a heap of (free tick, unit count) entries.
+def _simulate(seeds: list[Seed], waiting: Sequence[Plain], capacity: int) -> int:
+    """Place the waiting jobs in order on a heap of (free tick, unit count) entries (`seeds`,
+    a heap; not changed).
 
     A job needing u units starts when the u-th earliest unit is free and returns its u units
     when it finishes; requests are capped at the pool's unit count. Returns the ACT sum.
     """
     heap = list(seeds)
-    heapq.heapify(heap)
     replace, push = heapq.heapreplace, heapq.heappush
     total = 0
-    for units, cost, waited in _with_first(waiting, first):
+    for units, cost, waited in waiting:
         need = units if units < capacity else capacity
         if need <= 0:
             total += waited + cost
@@ -564,12 +576,6 @@ def _simulate(
             push(heap, (start + cost, need))
         total += waited + start + cost
     return total
-
-
-def _with_first(waiting: Sequence[Plain], first: tuple[int, int]) -> Iterator[Plain]:
-    """The waiting jobs, the first one at the tried (units, cost)."""
-    yield first[0], first[1], waiting[0][2]
-    yield from islice(waiting, 1, None)
 
 
 def _take_many(heap: list[Seed], need: int) -> int:

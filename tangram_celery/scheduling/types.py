@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from itertools import pairwise
+from itertools import chain, pairwise
+from operator import attrgetter, itemgetter
 from typing import Any, Generic, TypeVar, overload
 
 import numpy as np
@@ -326,18 +327,28 @@ def _option_ticks(durations: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
 
 
 def prime_option_ticks(jobs: Iterable[Job]) -> None:
-    """Fill the `option_ticks` (and `option_arrays`) caches of many jobs in one conversion."""
+    """Fill the `option_ticks` cache of many jobs with one conversion for all of them."""
     todo = [job for job in jobs if "option_ticks" not in vars(job)]
     if not todo:
         return
-    prime_option_arrays(todo)
-    arrays = [job.option_arrays[1] for job in todo]
-    flat = _option_ticks(np.concatenate(arrays)) if len(arrays) > 1 else _option_ticks(arrays[0])
+    size = sum(map(len, map(_OPTIONS, todo)))
+    if all(map(_KNOWN, todo)):
+        flat = np.fromiter(map(_DURATION, chain.from_iterable(map(_OPTIONS, todo))), np.float64,
+                           size)
+    else:
+        flat = np.fromiter([np.nan if d is None else d for job in todo for _, d in job.options],
+                           np.float64, size)
+    ticks = _option_ticks(flat)
     start = 0
-    for job, durations in zip(todo, arrays, strict=True):
-        end = start + len(durations)
-        vars(job)["option_ticks"] = flat[start:end]
+    for job in todo:
+        end = start + len(job.options)
+        vars(job)["option_ticks"] = ticks[start:end]
         start = end
+
+
+_OPTIONS = attrgetter("options")
+_KNOWN = attrgetter("known")
+_DURATION = itemgetter(1)
 
 
 def prime_option_arrays(jobs: Iterable[Job]) -> None:

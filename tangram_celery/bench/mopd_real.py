@@ -671,7 +671,26 @@ def setup_text(config: RealGpuConfig, points: Sequence[Point], seed: int,
         f"{config.restore_gbps:g} (unscaled). Cross-request batching is off in every pool "
         "(`--no-batching`: the simulator models none). Each system gets a fresh Redis and a "
         f"fresh Triton. Workload `mopd` at points {[p.as_dict() for p in points]} (batch = "
-        f"samples per RL step), seed {seed}; {len(results)} runs in {wall:.0f} s.")
+        f"samples per RL step), seed {seed}; {len(results)} runs in {wall:.0f} s.\n\n"
+        "Mean ACT and its parts per system (seconds; restores: calls that loaded their "
+        "teacher; wall: the timed run):\n\n" + "\n".join(parts_table(results, len(points) > 1)))
+
+
+def parts_table(results: Sequence[RunResult], with_point: bool = False) -> list[str]:
+    """One Markdown row per run: mean ACT, queue, exec, overhead, restores, wall seconds."""
+    head = ["system", "preset", "mean ACT", "queue", "exec", "overhead", "restores", "wall"]
+    rows = []
+    for run in results:
+        records = run.records
+        n = max(len(records), 1)
+        means = [sum(getattr(r, part) for r in records) / n
+                 for part in ("total", "queue", "exec", "overhead")]
+        wall = f"{run.wall_s:.0f}" if isinstance(run, RealGpuRun) else ""
+        cells = [run.system, run.costs, *(f"{m:.2f}" for m in means),
+                 str(sum(r.loaded for r in records)), wall]
+        rows.append(([str(run.point)] if with_point else []) + cells)
+    head = (["point"] if with_point else []) + head
+    return ["| " + " | ".join(row) + " |" for row in (head, ["---"] * len(head), *rows)]
 
 
 PRESET_NAMES = {"real": "real", "sim": "simulated", MEASURED: "simulated with measured restores"}

@@ -20,6 +20,7 @@ from tangram_celery.bench.mopd_real import (
     Watch,
     layout,
     parallel_fractions,
+    parts_table,
     pool_name,
     real_workload,
     restore_fit,
@@ -196,6 +197,8 @@ def test_real_stack_runs_tangram_and_static_services() -> None:
             spec = next(t.actions[0] for t in workload.trajectories if t.id == record.trajectory)
             assert record.exec >= spec.duration(record.units) * 0.99, "slept its chunk's time"
             assert record.total >= record.exec > 0
+        rows = parts_table([run])
+        assert rows[2].startswith(f"| {name} |  | ") and rows[2].count("|") == 9
     pooled, static = runs["tangram"], runs["static"]
     loads = sum(r.loaded for r in pooled.records)
     assert loads > 0 and pooled.triton_loads == loads, "each restore is one Triton load"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tangram_celery.errors import TangramError
 
@@ -167,6 +167,16 @@ class Admission:
                 record.end = self._clock()
             self._schedule_locked()
             return record
+
+    def postpone(self, action_id: str, seconds: float) -> None:
+        """Expect ``action_id``'s run to end ``seconds`` later than its duration says (a GPU
+        pool adds the restore its grant triggers), so later decisions see when its units will
+        really be free."""
+        with self._lock:
+            running = self._running.get(action_id)
+            if running is not None and running.expected_end is not None and seconds > 0:
+                self._running[action_id] = replace(running,
+                                                   expected_end=running.expected_end + seconds)
 
     def decision_s(self, action_id: str) -> float:
         """Wall seconds of the policy call that granted ``action_id`` its units (0 if none

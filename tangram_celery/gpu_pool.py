@@ -558,12 +558,22 @@ class GpuPoolRuntime:
         finally:
             with self._lock:
                 self._waiting_models.pop(action_id, None)
+        self.admission.postpone(action_id, self.expected_restore_s(model, units))
         with self._lock:
             if action_id in self._handed:
                 self._handed.discard(action_id)
                 return units, True
             self._batches[units] = self._open_batch(action_id, model, units)
         return units, False
+
+    def expected_restore_s(self, model: str, units: Chunk) -> float:
+        """Seconds a run of ``model`` on ``units`` is expected to spend restoring first: 0 if
+        the service is resident there, else its measured (or ``TANGRAM_GPU_RESTORE_S``)
+        restore time."""
+        gpus = self.gpus_of(units)
+        if any(r.model == model and r.chunk == gpus for r in self.executor.loaded()):
+            return 0.0
+        return self._restore_s.get((model, len(units)), self.settings.gpu_restore_s)
 
     def _open_batch(self, owner: str, model: str, units: Chunk) -> Batch:
         """The batch of an action the gate granted ``units``, with the waiting actions of its

@@ -114,3 +114,18 @@ def test_the_gate_times_its_policy_and_says_which_call_admitted_each_action() ->
     gate.release("a")
     assert gate.policy_calls == 1, "no one waits: the policy is not asked"
     assert gate.decision_s("never-admitted") == 0.0
+
+
+def test_postpone_moves_a_running_actions_expected_end_for_later_decisions() -> None:
+    seen: list[PoolState] = []
+
+    def record(state: PoolState) -> list[tuple[str, tuple[int, ...]]]:
+        seen.append(state)
+        return fcfs_minimum(state)
+
+    gate = Admission(range(2), record, clock=lambda: 10.0)
+    gate.acquire(Request("a", ((1, 2.0),), 0.0))
+    gate.postpone("a", 3.0)
+    gate.postpone("unknown", 3.0)
+    gate.acquire(Request("b", ((1, 1.0),), 0.0))
+    assert [r.expected_end for r in seen[-1].running] == [15.0], "10 + 2 s run + 3 s restore"

@@ -200,6 +200,15 @@ def test_the_default_scheduler_runs_an_action_where_its_service_is_resident() ->
         assert result.status == "ok" and result.units == expected, scheduler
 
 
+def test_a_grant_that_restores_is_expected_to_end_later_by_the_restore() -> None:
+    runtime, executor = fake_runtime(scheduler="robust")
+    assert runtime.expected_restore_s("answer_match", (3,)) == runtime.settings.gpu_restore_s
+    executor.residents_loaded = [
+        Resident("unit__answer_match__dop1__g3", "answer_match", (3,), 64, 1)]
+    assert runtime.expected_restore_s("answer_match", (3,)) == 0.0
+    assert runtime.expected_restore_s("answer_match", (4,)) == runtime.settings.gpu_restore_s
+
+
 def test_the_pool_learns_restore_times_and_shows_them_to_its_scheduler() -> None:
     runtime, _ = fake_runtime(scheduler="robust")
     before = {s.name: s for s in runtime.residency().services}["answer_match"]

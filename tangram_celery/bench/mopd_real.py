@@ -720,10 +720,9 @@ def report_notes(config: RealGpuConfig, summaries: Sequence[Summary],
         "charges weights / dop x 1.2 per GPU at each parallelism. On the real stack a teacher "
         "on a larger chunk therefore reserves more memory per GPU than simulated (more "
         "evictions for the systems that scale teachers up; exact for celery and static).",
-        "Estimates: the pool's admission gate expects a granted call to hold its chunk for "
-        "its exec time only (`Admission` sets a running action's `expected_end` to the grant "
-        "plus the chosen option's duration), not for the restore the grant may trigger; the "
-        "simulator's running jobs include the restore. The pool's scheduler also starts from "
+        "Estimates: a granted call that triggers a restore is expected to hold its chunk for "
+        "the restore too (`Admission.postpone` by the pool's restore estimate), as the "
+        "simulator's running jobs are. The pool's scheduler starts from "
         "one restore estimate for every teacher (`TANGRAM_GPU_RESTORE_S`, here the mean "
         "restore at the smallest parallelism) until it has measured each (teacher, chunk "
         "size); the simulator's knows them all from the start.",

@@ -31,10 +31,9 @@ from dataclasses import dataclass, field, replace
 
 from tangram_celery.bench.sim.cluster import Cluster
 from tangram_celery.bench.sim.costs import Costs
-from tangram_celery.bench.sim.policy import PolicyFactory, Shape, job_for
+from tangram_celery.bench.sim.policy import PolicyFactory, Shape
 from tangram_celery.bench.sim.pooled import (
     Launch,
-    Pending,
     PooledBackend,
     UnitPool,
     View,
@@ -158,13 +157,8 @@ class CpuNodes(PooledBackend):
         """Queue the arrivals, end the finished runs and loans."""
         done = []
         for index, item in self.timeline.due(now):
-            pool = self.pools[index]
             if isinstance(item, Live):
-                spec = self.workload.trajectories[item.trajectory].actions[item.index]
-                job = job_for(f"{item.trajectory}.{item.index}", pool.name, spec, now,
-                              self.shape)
-                pool.enqueue(job, Pending(item, spec, now))
-                self.fresh[index].append(job.job_id)
+                self.fresh[index].append(self.arrive(index, item, now).job_id)
             elif isinstance(item, Borrow):
                 done.append(self._ended(index, item, now))
             else:

@@ -210,16 +210,21 @@ class PooledBackend:
         for index, item in self.timeline.due(now):
             pool = self.pools[index]
             if isinstance(item, Live):
-                spec = self.workload.trajectories[item.trajectory].actions[item.index]
-                job = job_for(f"{item.trajectory}.{item.index}", pool.name, spec, now,
-                              self.shape)
-                pool.enqueue(job, Pending(item, spec, now))
+                self.arrive(index, item, now)
                 continue
             pool.release(item.job_id, item.units)
             self.allocations.append(Allocation(pool.name, item.units, item.started, now))
             trajectory = self.workload.trajectories[item.pending.live.trajectory].id
             done.append(launch_record(item, trajectory, pool.name, now, self.used(item, now)))
         return done
+
+    def arrive(self, index: int, live: Live, now: float) -> Job:
+        """The action joins the queue of pool ``index`` as a job shaped by the system."""
+        pool = self.pools[index]
+        spec = self.workload.trajectories[live.trajectory].actions[live.index]
+        job = job_for(f"{live.trajectory}.{live.index}", pool.name, spec, now, self.shape)
+        pool.enqueue(job, Pending(live, spec, now))
+        return job
 
     def dispatch(self, now: float) -> None:
         """Let every pool that changed schedule itself."""

@@ -1,9 +1,9 @@
 """The API pool runtime: what a basic (quota-limited) worker does with each ``api`` action.
 
-Like a CPU node it validates the message again, waits FCFS in its gate (here: until the basic
-manager grants every API the action's cost names), runs the action, gives the slots back whatever
-happens, and returns an :class:`~tangram_celery.action.ActionResult` with the same timestamps, so
-ACT splits into queue / exec / overhead exactly as for CPU actions.
+Like a CPU node it validates the message again, waits in its gate (oldest trajectory first,
+until the basic manager grants every API the action's cost names), runs the action, gives the
+slots back whatever happens, and returns an :class:`~tangram_celery.action.ActionResult` with the
+same timestamps, so ACT splits into queue / exec / overhead exactly as for CPU actions.
 
 An ``api`` action's payload is one call or a list of calls, run in order while the action holds
 its APIs::
@@ -280,7 +280,7 @@ class ApiPool:
         result = ActionResult(action.id, action.trajectory_id, action.kind, "error",
                               node=self.name, timings=timings)
         try:
-            grant = self.gate.acquire(action.id, needs)
+            grant = self.gate.acquire(action.id, needs, trajectory=action.trajectory_id)
         except (redis.RedisError, TangramError) as exc:
             result.error = f"could not get the API slots: {exc}"
             timings.admitted = timings.exec_started = timings.exec_finished = time.time()
@@ -332,7 +332,8 @@ def default_window(spec: ApiSpec) -> int:
     """Messages an API worker holds at once: twice the API's concurrency (at least +4), or 16
     for an API limited by quota only; never more than about a minute of its quota, so a held
     (unacked) message never waits anywhere near the broker's visibility timeout. Waiters beyond
-    what the API allows queue FCFS in the gate; the rest stay in the broker's queue."""
+    what the API allows queue in the gate, in the basic manager's order; the rest stay in the
+    broker's queue (FIFO)."""
     window = 16 if spec.concurrency is None else max(2 * spec.concurrency, spec.concurrency + 4)
     if spec.quota is not None:
         window = min(window, spec.quota.capacity + math.ceil(spec.quota.rate_per_s * 60))
@@ -347,7 +348,7 @@ def worker_name(api: str, pid: int | None = None, host: str | None = None) -> st
 def build_api_pool(settings: Settings, api: str) -> ApiPool:
     """An API pool runtime for ``api`` over the settings' Redis."""
     specs = parse_api_limits(settings.api_limits)
-    store = QuotaStore(redis.Redis.from_url(settings.redis_url), specs)
+    store = QuotaStore(redis.Redis.from_url(settings.redis_url), specs, settings.api_bypass_s)
     return ApiPool(settings, api, ApiGate(store), worker_name(api))
 
 

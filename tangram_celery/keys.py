@@ -92,7 +92,8 @@ def api_leases(api: str) -> str:
 
 
 def api_tickets(api: str) -> str:
-    """Sorted set of the actions waiting for one API, scored by arrival order (basic manager)."""
+    """Sorted set of the actions waiting for one API, scored by their place in the order
+    (`scheduling.ordering.trajectory_order_key`; basic manager)."""
     return f"{PREFIX}:api:{api}:tickets"
 
 
@@ -101,9 +102,10 @@ def api_ticket_deadlines(api: str) -> str:
     return f"{PREFIX}:api:{api}:ticket-deadlines"
 
 
-def api_ticket_seq() -> str:
-    """Counter giving every waiting ticket its place in one global arrival order."""
-    return f"{PREFIX}:api:ticket-seq"
+def api_trajectory_seen(trajectory_id: str) -> str:
+    """When the basic manager first queued an API call of a trajectory (its place in the order),
+    kept while the trajectory keeps calling."""
+    return f"{PREFIX}:api:trajectory:{trajectory_id}:first-seen"
 
 
 def action_attempts(action_id: str) -> str:

@@ -69,6 +69,7 @@ class Settings:
     gpu_memory_mb: int = 81920
     gpu_restore_s: float = 2.0
     api_limits: str = ""
+    api_bypass_s: float = 60.0
     autoscale_interval_s: float = 1.0
     autoscale_node_cores: int = 2
     autoscale_node_memory_mb: float = 8192.0
@@ -169,6 +170,8 @@ class Settings:
             raise ConfigError(f"{PREFIX}RECOVERY_AUDIT_S must be >= 0 (0 turns the audit off)")
         if self.gpu_restore_s < 0:
             raise ConfigError(f"{PREFIX}GPU_RESTORE_S must be >= 0 (seconds a model load takes)")
+        if self.api_bypass_s < 0:
+            raise ConfigError(f"{PREFIX}API_BYPASS_S must be >= 0 (0: plain FCFS by arrival)")
 
 
     def _validate_autoscale(self) -> None:

@@ -82,6 +82,8 @@ DESCRIPTIONS: dict[str, str] = {
     "gpu_restore_s": "Seconds a GPU pool's scheduler expects a reward service to take to load "
     "until it has timed one (then it uses the measured times).",
     "api_limits": "Quota-limited APIs: `name=url:U,concurrency:N,rate:C/P,burst:B;...`.",
+    "api_bypass_s": "API calls are served oldest trajectory first; a call is overtaken only by "
+    "calls that arrived at most this many seconds after it (0: plain FCFS by arrival).",
     "extra_resources": "Additional resource names an action's cost vector may use.",
     "flower_address": "Address `tangram flower` listens on (non-loopback needs auth).",
     "flower_port": "Port of `tangram flower`.",

@@ -8,14 +8,20 @@ worker on every host draws from the same budget:
 * **concurrency**: leases in a sorted set scored by expiry (``keys.api_leases``), renewed while
   the action runs, so a slot held by a worker that died comes back after the lease TTL;
 * **order**: every waiting action holds a *ticket* in each API it needs (``keys.api_tickets``),
-  numbered from one global counter. Only the oldest live ticket of an API may take from it, so
-  actions start first-come first-served across all workers and nobody can be overtaken forever.
-  Tickets expire like leases when their worker stops renewing them.
+  scored by its place in one global order, and only the first live ticket of an API may take
+  from it. The order is *oldest trajectory first*
+  (:func:`~tangram_celery.scheduling.ordering.trajectory_order_key`): a call ranks by when its
+  trajectory's first call was queued (``keys.api_trajectory_seen``), so trajectories under way
+  finish and leave instead of all of a batch's trajectories crawling to the end together, which
+  cuts the sum of ACT of a quota-bound batch. No call ranks later than its own arrival less
+  ``TANGRAM_API_BYPASS_S`` (default 60 s), so a call is overtaken only by calls that arrived at
+  most that long after it, and nobody waits forever; ``0`` is plain FCFS by arrival, the paper's
+  order. Tickets expire like leases when their worker stops renewing them.
 
 An action whose cost names several APIs starts only when it is at the head of every one of them
 and all of them have room: one Lua script checks every API and takes from all or from none.
-Actions never fail or retry into a limit: they wait (in the worker, FCFS) until the script says
-yes.
+Actions never fail or retry into a limit: they wait (in the worker, in that order) until the
+script says yes.
 
 ``TANGRAM_API_LIMITS`` format: ``;``-separated entries ``name=field:value,field:value``::
 
@@ -36,8 +42,8 @@ fixed or sliding windows rather than a bucket, declare ``rate:<N-1>/PERIOD,burst
 
 Policy is pure (:func:`parse_api_limits`, :func:`needs_of`, :func:`decide`, :func:`pause_for`);
 :class:`QuotaStore` is the Redis actuator (its Lua script implements :func:`decide` atomically,
-and the tests check both agree case by case); :class:`ApiGate` is the worker-side FCFS waiting
-room that asks the store on behalf of its oldest waiter.
+and the tests check both agree case by case); :class:`ApiGate` is the worker-side waiting
+room that asks the store on behalf of its first waiter in that order.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from __future__ import annotations
 import bisect
 import functools
 import logging
+import math
 import re
 import threading
 import time
@@ -59,11 +66,14 @@ import redis
 from tangram_celery import keys
 from tangram_celery.action import API_PATTERN, Action
 from tangram_celery.errors import ConfigError, ServiceError, ValidationError
+from tangram_celery.scheduling.ordering import DEFAULT_BYPASS_S
 
 log = logging.getLogger(__name__)
 
 SETTING = "TANGRAM_API_LIMITS"
 DEFAULT_LEASE_S = 10.0
+TRAJECTORY_IDLE_S = 3600.0
+"""A trajectory that queued no API call for this long (past the bypass bound) counts as new."""
 FIELDS = frozenset({"url", "concurrency", "rate", "burst", "lease"})
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -281,7 +291,7 @@ def decide(
     """May ``ticket`` take ``needs`` now? The same rule as the Lua script, on plain data.
 
     For each API in order: expired tickets and leases are ignored; a ticket that is gone is
-    ``lost``; otherwise the ticket must be the oldest live one (``order``), the bucket must hold
+    ``lost``; otherwise the ticket must be the first live one (``order``), the bucket must hold
     the amount (``tokens``, with the time until it will) and the live leases plus the amount must
     fit the cap (``leases``). Granted only when no API blocks.
     """
@@ -332,14 +342,19 @@ end
 """
 
 REGISTER_SCRIPT = _CLOCK + """
--- KEYS: seq, then (tickets, deadlines) per API; ARGV: now, ticket, then ttl per API
+-- KEYS: the trajectory's first-seen time, then (tickets, deadlines) per API
+-- ARGV: now, ticket, bypass_s, first-seen ttl, then ttl per API
+-- The score is scheduling.ordering.trajectory_order_key(first seen, now, bypass_s).
 local now = clock(ARGV[1])
-local seq = redis.call('INCR', KEYS[1])
+redis.call('SET', KEYS[1], string.format('%.6f', now), 'NX')
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[4]))
+local first = math.min(tonumber(redis.call('GET', KEYS[1])), now)
+local score = string.format('%.6f', math.max(first, now - tonumber(ARGV[3])))
 for i = 0, (#KEYS - 1) / 2 - 1 do
-  redis.call('ZADD', KEYS[2 + 2 * i], seq, ARGV[2])
-  redis.call('ZADD', KEYS[3 + 2 * i], now + tonumber(ARGV[3 + i]), ARGV[2])
+  redis.call('ZADD', KEYS[2 + 2 * i], score, ARGV[2])
+  redis.call('ZADD', KEYS[3 + 2 * i], now + tonumber(ARGV[5 + i]), ARGV[2])
 end
-return seq
+return score
 """
 
 ACQUIRE_SCRIPT = _CLOCK + """
@@ -436,21 +451,32 @@ class Grant:
 class QuotaStore:
     """The Redis side of the basic manager: tickets, token buckets and leases of every API."""
 
-    def __init__(self, client: redis.Redis, specs: Mapping[str, ApiSpec]) -> None:
+    def __init__(self, client: redis.Redis, specs: Mapping[str, ApiSpec],
+                 bypass_s: float = DEFAULT_BYPASS_S) -> None:
+        if bypass_s < 0:
+            raise ConfigError(f"TANGRAM_API_BYPASS_S={bypass_s!r}: must be >= 0 "
+                              "(0: plain FCFS by arrival)")
         self._redis = client
         self.specs = dict(specs)
+        self.bypass_s = bypass_s
         self._register = client.register_script(REGISTER_SCRIPT)
         self._acquire = client.register_script(ACQUIRE_SCRIPT)
         self._renew = client.register_script(RENEW_SCRIPT)
 
-    def register(self, ticket: str, needs: Sequence[Need], now: float | None = None) -> int:
-        """Queue ``ticket`` behind every earlier one in each API it needs; returns its number."""
-        key_list = [keys.api_ticket_seq()]
+    def register(self, ticket: str, needs: Sequence[Need], now: float | None = None,
+                 trajectory: str | None = None) -> float:
+        """Queue ``ticket`` (a call of ``trajectory``; default: a trajectory of its own) in each
+        API it needs at its place in the order; returns that place (its score, the same in
+        every API, so tickets order alike everywhere and the first one is first everywhere)."""
+        key_list = [keys.api_trajectory_seen(trajectory or ticket)]
         ttls = []
         for need in needs:
             key_list += [keys.api_tickets(need.api), keys.api_ticket_deadlines(need.api)]
             ttls.append(self.specs[need.api].lease_s)
-        return int(self._register(keys=key_list, args=[_now_arg(now), ticket, *ttls]))
+        seen_ttl = math.ceil(self.bypass_s + TRAJECTORY_IDLE_S)
+        score = self._register(keys=key_list,
+                               args=[_now_arg(now), ticket, repr(self.bypass_s), seen_ttl, *ttls])
+        return float(_text(score))
 
     def try_acquire(self, ticket: str, needs: Sequence[Need],
                     now: float | None = None) -> Decision:
@@ -569,20 +595,26 @@ ERROR_PAUSE_S = 0.1
 
 @dataclass
 class _Waiter:
-    seq: int
+    score: float
     ticket: str
     needs: tuple[Need, ...]
     event: threading.Event = field(default_factory=threading.Event)
+    trajectory: str | None = None
     grant: Grant | None = None
     abandoned: bool = False
     error: BaseException | None = None
 
 
+def _place(waiter: _Waiter) -> tuple[float, str]:
+    """A waiter's place: its score, ties by ticket, as Redis orders a sorted set."""
+    return waiter.score, waiter.ticket
+
+
 class ApiGate:
-    """A worker's FCFS waiting room for API actions.
+    """A worker's waiting room for API actions, in the store's order.
 
     Threads call :meth:`acquire` and block; one pump thread asks the :class:`QuotaStore` on
-    behalf of the oldest local waiter only (the store itself enforces the global order), sleeps
+    behalf of the first local waiter only (the store itself enforces the global order), sleeps
     as :func:`pause_for` says, and renews the tickets of waiters and the leases of running
     actions. :meth:`release` gives slots back and wakes the pump at once.
     """
@@ -639,8 +671,9 @@ class ApiGate:
             return len(self._held)
 
     def acquire(self, action_id: str, needs: Sequence[Need],
-                timeout: float | None = None) -> Grant:
-        """Block until the action may call its APIs; returns the grant to :meth:`release`.
+                timeout: float | None = None, trajectory: str | None = None) -> Grant:
+        """Block until the action (a call of ``trajectory``, whose place in the order it takes)
+        may call its APIs; returns the grant to :meth:`release`.
 
         Raises ``TimeoutError`` after ``timeout`` seconds (the ticket is withdrawn) and
         :class:`ServiceError` if the worker stops first.
@@ -651,9 +684,10 @@ class ApiGate:
         if not needs:
             return Grant(ticket, (), self._clock())
         self.start()
-        waiter = _Waiter(self.store.register(ticket, needs), ticket, tuple(needs))
+        waiter = _Waiter(self.store.register(ticket, needs, trajectory=trajectory), ticket,
+                         tuple(needs), trajectory=trajectory)
         with self._lock:
-            bisect.insort(self._waiting, waiter, key=lambda w: w.seq)
+            bisect.insort(self._waiting, waiter, key=_place)
         self._wake.set()
         if not waiter.event.wait(timeout):
             with self._lock:
@@ -733,13 +767,13 @@ class ApiGate:
         with self._lock:
             if head not in self._waiting:
                 return
-        seq = self.store.register(head.ticket, head.needs)
+        score = self.store.register(head.ticket, head.needs, trajectory=head.trajectory)
         with self._lock:
             still_waiting = head in self._waiting
             if still_waiting:
                 self._waiting.remove(head)
-                head.seq = seq
-                bisect.insort(self._waiting, head, key=lambda w: w.seq)
+                head.score = score
+                bisect.insort(self._waiting, head, key=_place)
         if not still_waiting:  # it timed out meanwhile: leave no orphan ticket behind
             self.store.cancel(head.ticket, head.needs)
 

@@ -15,6 +15,9 @@ from typing import Protocol
 
 from tangram_celery.scheduling.types import Job
 
+DEFAULT_BYPASS_S = 60.0
+"""The default bypass bound of :func:`trajectory_order_key` (``TANGRAM_API_BYPASS_S``)."""
+
 
 class Ordering(Protocol):
     """A queue ordering policy."""
@@ -59,3 +62,17 @@ class ShortestFirst:
     def _expected(self, job: Job) -> float:
         duration = job.options[0][1]
         return self.unknown_duration if duration is None else duration
+
+
+def trajectory_order_key(first_seen: float, arrived: float, bypass_s: float) -> float:
+    """The place of an action in *oldest trajectory first* order, with a starvation bound.
+
+    Actions are served by when their trajectory was first seen (``first_seen``), not by when they
+    arrived, so the trajectories already under way finish first and leave, instead of every
+    trajectory of a batch crawling to the end together. An action's key never exceeds its own
+    arrival time less ``bypass_s``, so it is overtaken only by actions that arrived at most
+    ``bypass_s`` after it; ``bypass_s = 0`` is plain FCFS by arrival. Smaller keys go first.
+    """
+    if bypass_s < 0:
+        raise ValueError("bypass_s must be >= 0")
+    return max(min(first_seen, arrived), arrived - bypass_s)

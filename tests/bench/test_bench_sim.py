@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from tangram_celery.bench.sim.cluster import Cluster
 from tangram_celery.bench.sim.costs import CONTROL_PLANE, SCHEDULING_ONLY, Costs
+from tangram_celery.bench.sim.engine import Engine
 from tangram_celery.bench.sim.invariants import violations
 from tangram_celery.bench.sim.pods import water_fill
 from tangram_celery.bench.sim.policy import (
@@ -16,10 +19,13 @@ from tangram_celery.bench.sim.policy import (
     register_policy,
 )
 from tangram_celery.bench.sim.quota import Provider
+from tangram_celery.bench.sim.record import RunResult
 from tangram_celery.bench.sim.services import replica_counts
-from tangram_celery.bench.sim.systems import simulate, system
+from tangram_celery.bench.sim.systems import backends, simulate, system
 from tangram_celery.bench.workloads import ApiLimit, Workload, coding, deepsearch, mopd
+from tangram_celery.bench.workloads.deepsearch import DeepSearchParams
 from tangram_celery.scheduling import Decision, Snapshot
+from tangram_celery.scheduling.ordering import DEFAULT_BYPASS_S
 
 SYSTEMS = ["tangram", "static", "static-n4", "fixed-dop-4", "fixed-dop-16", "celery"]
 SMALL_CPU = Cluster(cpu_nodes=2, cores_per_node=32, numa_per_node=2)
@@ -147,3 +153,33 @@ def test_pooled_api_calls_never_exceed_the_quota_rate() -> None:
         inside = sum(1 for s in starts[i:] if s < start + window)
         assert inside <= limit.qps * window + max(1.0, limit.qps) + 1e-9
     assert all(r.queue >= 0 for r in result.records)
+
+
+def _api_calls(result: RunResult) -> list[tuple[float, float, str]]:
+    """(arrival at the manager, start, trajectory) of every API call."""
+    return [(r.submitted + r.overhead, r.started, r.trajectory) for r in result.records
+            if r.kind == "api"]
+
+
+@pytest.mark.parametrize("bypass", [0.0, 2.0, DEFAULT_BYPASS_S])
+def test_pooled_api_order_is_oldest_trajectory_first_within_the_bypass_bound(
+        bypass: float) -> None:
+    load = deepsearch(48, 1, DeepSearchParams(api_concurrency=4, api_qps=4.0))
+    chosen = replace(system("tangram"), api_bypass_s=bypass)
+    result = RunResult("tangram", load.name, {})
+    Engine(load, backends(load, chosen, SMALL_GPU, SCHEDULING_ONLY, 1), None).run(result)
+    assert violations(load, result) == []
+    calls = _api_calls(result)
+    overtaken = 0
+    for arrived_a, started_a, _ in calls:
+        for arrived_b, started_b, _ in calls:
+            if arrived_b > arrived_a and started_b < started_a:
+                overtaken += 1
+                assert arrived_b <= arrived_a + bypass + 1e-9, "overtaken past the bound"
+    assert (overtaken == 0) == (bypass == 0.0), "bypass 0 is FCFS, otherwise the order acts"
+
+
+def test_the_api_order_ablation_and_the_papers_allocator_are_fcfs() -> None:
+    assert system("tangram").api_bypass_s == DEFAULT_BYPASS_S
+    for name in ("tangram:api-fcfs", "tangram:ersa", "fixed-dop-4"):
+        assert system(name).api_bypass_s == 0.0, name

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import uuid
 
 import pytest
 import redis
@@ -28,6 +29,7 @@ from tangram_celery.managers.basic import (
     refill,
 )
 from tangram_celery.node import api_names
+from tangram_celery.scheduling.ordering import trajectory_order_key
 
 # ----------------------------------------------------------------------------- declarations
 
@@ -235,3 +237,43 @@ def _close(got: Decision, expected: Decision) -> bool:
 ])
 def test_pause_for(decision: Decision, pause: float) -> None:
     assert pause_for(decision, poll_s=0.005, max_pause_s=0.25) == pytest.approx(pause)
+
+
+# ----------------------------------------------------------------------------- order
+
+REGISTER = [
+    # (case, bypass_s, [(ticket, trajectory, now)], the order expected in API "a")
+    ("an older trajectory's later call goes first", 60.0,
+     [("old-1", "old", 100.0), ("new-1", "new", 105.0), ("old-2", "old", 106.0)],
+     ["old-1", "old-2", "new-1"]),
+    ("past the bypass bound a call ranks by arrival", 60.0,
+     [("old-1", "old", 100.0), ("new-1", "new", 105.0), ("old-2", "old", 170.0)],
+     ["old-1", "new-1", "old-2"]),
+    ("bypass 0 is FCFS by arrival", 0.0,
+     [("old-1", "old", 100.0), ("new-1", "new", 105.0), ("old-2", "old", 106.0)],
+     ["old-1", "new-1", "old-2"]),
+    ("calls without a trajectory are FCFS", 60.0,
+     [("x", None, 100.0), ("y", None, 105.0), ("z", None, 106.0)], ["x", "y", "z"]),
+]
+
+
+@pytest.mark.parametrize(("case", "bypass", "calls", "order"), REGISTER,
+                         ids=[c[0] for c in REGISTER])
+def test_lua_register_agrees_with_trajectory_order_key(
+        case: str, bypass: float, calls: list[tuple[str, str | None, float]], order: list[str],
+        redis_client: redis.Redis) -> None:
+    store = QuotaStore(redis_client, SPECS, bypass_s=bypass)
+    suffix = uuid.uuid4().hex[:8]
+    first: dict[str, float] = {}
+    for ticket, trajectory, now in calls:
+        traj = None if trajectory is None else f"{trajectory}-{suffix}"
+        score = store.register(ticket, (Need("a", 1), Need("b", 1)), now=now, trajectory=traj)
+        seen = first.setdefault(traj or ticket, now)
+        assert score == pytest.approx(trajectory_order_key(seen, now, bypass), abs=1e-6)
+    for api in ("a", "b"):
+        assert [t for t, _ in store.state(api).tickets] == order, "the same order in every API"
+
+
+def test_a_negative_bypass_is_a_config_error(redis_client: redis.Redis) -> None:
+    with pytest.raises(ConfigError, match="TANGRAM_API_BYPASS_S"):
+        QuotaStore(redis_client, SPECS, bypass_s=-1.0)

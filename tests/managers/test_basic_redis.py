@@ -1,4 +1,5 @@
-"""The basic manager on a real Redis: FCFS across workers, caps never exceeded, leases reclaimed."""
+"""The basic manager on a real Redis: its order across workers (FCFS, oldest trajectory first
+with a bypass bound), caps never exceeded, leases reclaimed."""
 
 from __future__ import annotations
 
@@ -79,6 +80,49 @@ def test_order_is_global_across_workers(gates: list[ApiGate]) -> None:
     log: list[str] = []
     arrive_in_order([gates[k % 2] for k in range(10)], (Need("one", 1),), 0.01, log)
     assert log == [f"a{k}" for k in range(10)]
+
+
+ORDER_CASES = [
+    # (case, bypass_s, pause between the new trajectory's call and the old one's, grant order)
+    ("an older trajectory's call overtakes across workers", 60.0, 0.05, ["old-2", "new-1"]),
+    ("bypass 0 is FCFS by arrival", 0.0, 0.05, ["new-1", "old-2"]),
+    ("past the bypass bound nobody overtakes", 0.2, 0.4, ["new-1", "old-2"]),
+]
+
+
+@pytest.mark.parametrize(("case", "bypass", "pause", "order"), ORDER_CASES,
+                         ids=[c[0] for c in ORDER_CASES])
+def test_oldest_trajectory_first_with_a_bypass_bound(case: str, bypass: float, pause: float,
+                                                      order: list[str], redis_url: str) -> None:
+    made = [ApiGate(QuotaStore(redis.Redis.from_url(redis_url), SPECS, bypass))
+            for _ in range(2)]
+    log: list[str] = []
+    try:
+        holder = made[0].acquire("old-1", (Need("one", 1),), timeout=5, trajectory="old")
+
+        def call(gate: ApiGate, name: str, trajectory: str) -> threading.Thread:
+            def work() -> None:
+                grant = gate.acquire(name, (Need("one", 1),), timeout=20, trajectory=trajectory)
+                log.append(name)
+                gate.release(grant)
+            thread = threading.Thread(target=work)
+            thread.start()
+            return thread
+
+        threads = [call(made[1], "new-1", "new")]
+        while made[1].waiting_count() < 1:
+            time.sleep(0.001)
+        time.sleep(pause)
+        threads.append(call(made[0], "old-2", "old"))
+        while made[0].waiting_count() < 1:
+            time.sleep(0.001)
+        made[0].release(holder)
+        for thread in threads:
+            thread.join(20)
+    finally:
+        for gate in made:
+            gate.stop()
+    assert log == order
 
 
 def test_concurrency_cap_holds_across_workers(gates: list[ApiGate]) -> None:

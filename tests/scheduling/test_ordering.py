@@ -18,6 +18,7 @@ from tangram_celery.scheduling import (
     Snapshot,
     decide,
 )
+from tangram_celery.scheduling.ordering import trajectory_order_key
 
 
 def job(job_id: str, duration: float | None, at: float, units: int = 1) -> Job:
@@ -96,3 +97,47 @@ def test_no_provided_policy_starves_a_long_job(ordering: Ordering, max_wait: flo
 def test_the_starvation_check_can_fail() -> None:
     """Shortest-first without aging does starve the long job: the check above would catch it."""
     assert long_job_start(ShortestFirst(max_wait=math.inf)) is None
+
+
+# ------------------------------------------------------------ oldest trajectory first (APIs)
+
+TRAJECTORY_ORDER = [
+    # (case, first seen, arrived, bypass_s, key)
+    ("a trajectory's later call keeps its trajectory's place", 10.0, 40.0, 60.0, 10.0),
+    ("the first call ranks by its own arrival", 40.0, 40.0, 60.0, 40.0),
+    ("past the bypass bound a call ranks by arrival less the bound", 10.0, 100.0, 60.0, 40.0),
+    ("bypass 0 is FCFS by arrival", 10.0, 40.0, 0.0, 40.0),
+    ("a first-seen time after the arrival (clock skew) counts as the arrival", 50.0, 40.0, 60.0,
+     40.0),
+]
+
+
+@pytest.mark.parametrize(("case", "first", "arrived", "bypass", "key"), TRAJECTORY_ORDER,
+                         ids=[c[0] for c in TRAJECTORY_ORDER])
+def test_trajectory_order_key(case: str, first: float, arrived: float, bypass: float,
+                              key: float) -> None:
+    assert trajectory_order_key(first, arrived, bypass) == key
+
+
+def test_an_older_trajectory_overtakes_and_the_bypass_bound_holds() -> None:
+    old, new = 0.0, 5.0  # when each trajectory was first seen
+    waiting = trajectory_order_key(new, 5.0, 60.0)  # the new trajectory's call, queued at 5 s
+    assert trajectory_order_key(old, 6.0, 60.0) < waiting, "an old trajectory's later call"
+    assert trajectory_order_key(old, 66.0, 60.0) > waiting, "not once the bound has passed"
+    assert trajectory_order_key(old, 6.0, 0.0) > waiting, "bypass 0: FCFS"
+
+
+def test_no_call_is_overtaken_by_calls_arriving_later_than_the_bound() -> None:
+    bypass = 30.0
+    calls = [(first, first + step) for first in (0.0, 7.0, 19.0, 50.0)
+             for step in (0.0, 3.0, 29.0, 31.0, 90.0)]
+    for first_a, a in calls:
+        for first_b, b in calls:
+            if b > a + bypass:
+                assert trajectory_order_key(first_b, b, bypass) > \
+                    trajectory_order_key(first_a, a, bypass)
+
+
+def test_a_negative_bypass_is_refused() -> None:
+    with pytest.raises(ValueError, match="bypass_s"):
+        trajectory_order_key(0.0, 1.0, -1.0)

@@ -4,8 +4,11 @@ The provider accepts a call when fewer than ``concurrency`` are in flight and it
 (refilled at ``qps`` a second, holding at most ``max(1, qps)`` tokens, full at the start) has a
 token; otherwise it rejects the call after ``Cluster.reject_s``.
 
-* :class:`ApiQuota` (pooled systems): the basic manager admits calls FCFS only when the
-  provider would accept them, across all workers, so nothing is ever rejected.
+* :class:`ApiQuota` (pooled systems): the basic manager admits calls only when the provider
+  would accept them, across all workers, so nothing is ever rejected; in its order, oldest
+  trajectory first with a bypass bound (``bypass_s``, ``TANGRAM_API_BYPASS_S``; 0 is plain FCFS,
+  the paper's order), through the same key function
+  (:func:`tangram_celery.scheduling.ordering.trajectory_order_key`).
 * :class:`ApiDirect` (static per-trajectory, and plain Celery, which has no cross-worker
   quota): every call goes to the provider itself (through the broker first for plain Celery:
   ``dispatch_s``) and, when rejected, retries after an exponential backoff with full jitter
@@ -15,8 +18,8 @@ token; otherwise it rejects the call after ``Cluster.reject_s``.
 
 from __future__ import annotations
 
+import heapq
 import random
-from collections import deque
 from dataclasses import dataclass
 
 from tangram_celery.bench.sim.cluster import Cluster
@@ -24,6 +27,7 @@ from tangram_celery.bench.sim.costs import Costs
 from tangram_celery.bench.sim.record import ActionRecord, Allocation, Live, RunResult
 from tangram_celery.bench.sim.timeline import Timeline
 from tangram_celery.bench.workloads.model import ApiLimit, Workload
+from tangram_celery.scheduling.ordering import DEFAULT_BYPASS_S, trajectory_order_key
 
 EPSILON = 1e-9
 
@@ -129,13 +133,24 @@ class _ApiBackend:
 
 
 class ApiQuota(_ApiBackend):
-    """Pooled systems: tangram's basic manager, FCFS admission within the quota."""
+    """Pooled systems: tangram's basic manager, admission within the quota in its order."""
 
-    def __init__(self, workload: Workload, cluster: Cluster, costs: Costs) -> None:
+    def __init__(self, workload: Workload, cluster: Cluster, costs: Costs,
+                 bypass_s: float = DEFAULT_BYPASS_S) -> None:
         super().__init__(workload, cluster, costs)
         self.dispatch_s = costs.dispatch_s
-        self.queues: dict[str, deque[Call]] = {name: deque() for name in self.providers}
+        self.bypass_s = bypass_s
+        self.queues: dict[str, list[tuple[float, int, Call]]] = {n: [] for n in self.providers}
+        self.first_seen: dict[int, float] = {}
+        self.arrivals = 0
         self.wake: dict[str, float] = {}
+
+    def enqueue(self, call: Call) -> None:
+        """Queue ``call`` at its place: its key, then arrival."""
+        first = self.first_seen.setdefault(call.live.trajectory, call.arrived)
+        key = trajectory_order_key(first, call.arrived, self.bypass_s)
+        self.arrivals += 1
+        heapq.heappush(self.queues[self.spec_of(call)[0]], (key, self.arrivals, call))
 
     def submit(self, live: Live, now: float) -> None:
         """The call joins its API's queue after the dispatch cost."""
@@ -146,22 +161,22 @@ class ApiQuota(_ApiBackend):
         done = []
         for code, call in self.timeline.due(now):
             if code == "arrive":
-                self.queues[self.spec_of(call)[0]].append(call)
+                self.enqueue(call)
             elif code == "finish":
                 done.append(self.finish(call, now))
         return done
 
     def dispatch(self, now: float) -> None:
-        """Admit the heads of the queues while the provider would accept them."""
+        """Admit the first calls of the queues while the provider would accept them."""
         for name, queue in self.queues.items():
             provider = self.providers[name]
             while queue and provider.accepts(now):
-                self.start(queue.popleft(), now)
+                self.start(heapq.heappop(queue)[2], now)
             if queue and provider.inflight < provider.limit.concurrency:
                 at = provider.token_at(now)
                 if self.wake.get(name, -1.0) <= now < at:
                     self.wake[name] = at
-                    self.timeline.push(at, ("wake", queue[0]))
+                    self.timeline.push(at, ("wake", queue[0][2]))
 
 
 class ApiDirect(_ApiBackend):

@@ -7,7 +7,11 @@
   nodes and, unless it is ``ersa``, the service-aware scheduler on GPUs; ``tangram:ersa`` is
   the paper's algorithm everywhere, as :func:`tangram_celery.scheduling.decide` implements it;
   ``tangram:replicas-no-<idea>`` runs a GPU ablation (see :data:`.gpupool.GPU_ABLATIONS`).
-* ``fixed-dop-<k>``: pooled, every elastic action at a fixed DoP k (the paper's ablation).
+  tangram's basic manager serves API calls oldest trajectory first (``TANGRAM_API_BYPASS_S``,
+  :func:`tangram_celery.scheduling.ordering.trajectory_order_key`); ``tangram:ersa`` and the
+  ablation ``tangram:api-fcfs`` serve them FCFS by arrival, the paper's order.
+* ``fixed-dop-<k>``: pooled, every elastic action at a fixed DoP k (the paper's ablation), API
+  calls FCFS as in the paper.
 * ``celery``: plain Celery: FIFO, one queue per node with concurrency = cores, every action at
   one unit, no elasticity (the same routing and FCFS admission, ``TANGRAM_SCHEDULER=fcfs-min``);
   no cross-worker API quota, so API calls retry on rejection with backoff.
@@ -41,6 +45,7 @@ from tangram_celery.bench.sim.quota import ApiDirect, ApiQuota
 from tangram_celery.bench.sim.record import RunResult
 from tangram_celery.bench.sim.services import StaticServices
 from tangram_celery.bench.workloads.model import Workload
+from tangram_celery.scheduling.ordering import DEFAULT_BYPASS_S
 
 DEFAULT_SYSTEMS = ("tangram", "static", "fixed-dop-4", "fixed-dop-16", "celery")
 GPU_POLICY = "replicas"
@@ -48,6 +53,8 @@ GPU_POLICY = "replicas"
 BASELINE_POLICY = "ersa"
 """The policy of the pooled baselines (fixed DoP, plain Celery): strict FCFS through the
 paper's allocator, as those systems run, whatever tangram's default policy is."""
+API_FCFS = "api-fcfs"
+"""The ablation ``tangram:api-fcfs``: tangram with API calls FCFS by arrival."""
 
 
 @dataclass(frozen=True)
@@ -61,17 +68,22 @@ class System:
     gpu_policy: str = GPU_POLICY
     pod: PodSpec = field(default_factory=PodSpec)
     quota: bool = True
+    api_bypass_s: float = 0.0
 
 
 def system(name: str, default_policy: str = DEFAULT_POLICY) -> System:
     """The system called ``name`` (see the module docstring for the names)."""
     if name == "tangram" or name.startswith("tangram:"):
         policy = name.partition(":")[2] or default_policy
+        if policy == API_FCFS:
+            return System(name, True, Elastic(), default_policy)
         if policy in GPU_POLICIES:
-            return System(name, True, Elastic(), default_policy, policy)
+            return System(name, True, Elastic(), default_policy, policy,
+                          api_bypass_s=DEFAULT_BYPASS_S)
         policy_factory(policy)
-        gpu = BASELINE_POLICY if policy == BASELINE_POLICY else GPU_POLICY
-        return System(name, True, Elastic(), policy, gpu)
+        paper = policy == BASELINE_POLICY
+        return System(name, True, Elastic(), policy, BASELINE_POLICY if paper else GPU_POLICY,
+                      api_bypass_s=0.0 if paper else DEFAULT_BYPASS_S)
     fixed = re.fullmatch(r"fixed-dop-(\d+)", name)
     if fixed:
         return System(name, True, FixedDop(int(fixed.group(1))), BASELINE_POLICY,
@@ -97,7 +109,8 @@ def backends(workload: Workload, chosen: System, cluster: Cluster, costs: Costs,
         makers: dict[str, Callable[[], Backend]] = {
             "cpu": lambda: CpuNodes(workload, cluster, chosen.shape, factory, costs),
             "gpu": lambda: GpuPooled(workload, cluster, chosen.shape, gpu, costs),
-            "api": lambda: (ApiQuota(workload, cluster, costs) if chosen.quota else
+            "api": lambda: (ApiQuota(workload, cluster, costs, chosen.api_bypass_s)
+                            if chosen.quota else
                             ApiDirect(workload, cluster, costs, seed, costs.dispatch_s)),
         }
     else:

@@ -15,15 +15,19 @@ below its quota.
   exponential backoff and jitter, then gives up (a failed action);
 * **(b) tangram**: every call is an ``api`` action submitted through ``TangramClient`` and run by
   ``--workers`` real API pool workers (subprocesses) under the basic manager, declared with the
-  API's rate and ``--concurrency`` calls in flight (the backend's sweet spot, default 4).
+  API's rate and ``--concurrency`` calls in flight (the backend's sweet spot, default 4), served
+  oldest trajectory first (``TANGRAM_API_BYPASS_S``, default 60 s);
+* **(c) tangram FCFS**: the same with ``TANGRAM_API_BYPASS_S=0``, plain FCFS by arrival (the
+  paper's order), to show what the order does on the real stack.
 
 Reported for each: HTTP 429s (counted by the API itself), failed actions, average and p99 ACT
 (from the moment the trajectory wants the answer until it has it, failed actions included),
-makespan, the most calls the API saw in flight, and (a)/(b) ratios. Where the difference comes
-from: (a) loses time in backoff sleeps while quota is free, in calls slowed down by a crowded
-backend, and in failures; (b) queues each wave FCFS and feeds the API exactly what it allows. Under
-sustained overload (demand above the quota) (a) sheds load by giving up, which caps its ACT, while
-(b) completes every action, so compare failures and p99 too. Uses the Redis at
+makespan, the most calls the API saw in flight, and (a)/(b) and (c)/(b) ratios. Where the
+difference comes from: (a) loses time in backoff sleeps while quota is free, in calls slowed down
+by a crowded backend, and in failures; (b) and (c) queue each wave and feed the API exactly what
+it allows; (b) lets the trajectories that started first go first, so they finish sooner.
+Under sustained overload (demand above the quota) (a) sheds load by giving up, which caps its
+ACT, while (b) completes every action, so compare failures and p99 too. Uses the Redis at
 ``TANGRAM_REDIS_URL`` if one answers, else an embedded one.
 """
 
@@ -39,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -178,17 +183,19 @@ def _call_with_retries(base_url: str, params: dict[str, str], workload: Workload
 # --------------------------------------------------------------------------- (b) tangram
 
 
-def run_tangram(settings: Settings, service: RateLimitedService, workload: Workload) -> RunReport:
+def run_tangram(settings: Settings, service: RateLimitedService, workload: Workload,
+                mode: str = "tangram") -> RunReport:
     """Every call is an ``api`` action through the client, run by the API pool workers."""
-    report = RunReport("tangram")
+    report = RunReport(mode)
     thinks = think_times(workload)
     before = service.stats()
+    run_id = uuid.uuid4().hex[:8]  # fresh trajectories: no place in the order from earlier runs
 
     async def trajectory(client: TangramClient, index: int) -> None:
         for step, pause in enumerate(thinks[index]):
             await asyncio.sleep(pause)
-            action = api_action(f"deepsearch-{index}", API, SEARCH_PATH, params=query(index, step),
-                                timeout_s=CALL_TIMEOUT_S)
+            action = api_action(f"deepsearch-{run_id}-{index}", API, SEARCH_PATH,
+                                params=query(index, step), timeout_s=CALL_TIMEOUT_S)
             result = await client.submit(action).aresult(timeout=300)
             report.acts.append(result.act["total"])
             report.failed += 0 if result.ok else 1
@@ -207,7 +214,9 @@ def run_tangram(settings: Settings, service: RateLimitedService, workload: Workl
 @contextlib.contextmanager
 def api_workers(settings: Settings, count: int, logs: Path) -> Iterator[Celery]:
     """``count`` real API pool worker subprocesses for the bench API; stopped on exit."""
-    env = {"TANGRAM_REDIS_URL": settings.redis_url, "TANGRAM_API_LIMITS": settings.api_limits}
+    env = {"TANGRAM_REDIS_URL": settings.redis_url, "TANGRAM_API_LIMITS": settings.api_limits,
+           "TANGRAM_API_BYPASS_S": repr(settings.api_bypass_s)}
+    logs.mkdir(parents=True, exist_ok=True)
     processes = [spawn_api_worker(env, API, log_path=logs / f"api-{k}.log") for k in range(count)]
     app = make_app(settings)
     try:
@@ -245,17 +254,17 @@ def ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x"
 
 
-def render(direct: RunReport, tangram: RunReport, workload: Workload,
-           limits: ServiceLimits, concurrency: int, workers: int) -> str:
+def render(reports: Reports, workload: Workload, limits: ServiceLimits, concurrency: int,
+           workers: int, bypass_s: float) -> str:
     """The side-by-side table."""
-    rows = [
-        ("HTTP 429s", direct.http_429, tangram.http_429, "{:d}"),
-        ("failed actions", direct.failed, tangram.failed, "{:d}"),
-        ("average ACT (s)", direct.average_act_s, tangram.average_act_s, "{:.3f}"),
-        ("p99 ACT (s)", direct.p99_act_s, tangram.p99_act_s, "{:.3f}"),
-        ("makespan (s)", direct.makespan_s, tangram.makespan_s, "{:.2f}"),
-        ("max calls in flight", direct.max_in_flight, tangram.max_in_flight, "{:d}"),
-    ]
+    figures = (
+        ("HTTP 429s", "http_429", "{:d}"),
+        ("failed actions", "failed", "{:d}"),
+        ("average ACT (s)", "average_act_s", "{:.3f}"),
+        ("p99 ACT (s)", "p99_act_s", "{:.3f}"),
+        ("makespan (s)", "makespan_s", "{:.2f}"),
+        ("max calls in flight", "max_in_flight", "{:d}"),
+    )
     lines = [
         f"DeepSearch-like workload: {workload.trajectories} trajectories x {workload.steps} "
         f"searches ({workload.trajectories * workload.steps} actions), think "
@@ -265,29 +274,40 @@ def render(direct: RunReport, tangram: RunReport, workload: Workload,
         "flight (shared backend); 429 past a limit",
         f"(a) each trajectory calls it, up to {workload.retries} retries, backoff "
         f"{workload.backoff_s:g} s x 2^k with jitter; (b) api actions via {workers} API pool "
-        f"worker(s), declared concurrency:{concurrency},rate:{round(limits.rate_per_s)}/1s",
-        f"{'':<22}{'(a) direct+retries':>20}{'(b) tangram':>14}{'(a)/(b)':>10}",
+        f"worker(s), declared concurrency:{concurrency},rate:{round(limits.rate_per_s)}/1s, "
+        f"oldest trajectory first (bypass {bypass_s:g} s); (c) the same, FCFS by arrival",
+        f"{'':<22}{'(a) direct+retries':>20}{'(b) tangram':>14}{'(c) FCFS':>10}"
+        f"{'(a)/(b)':>10}{'(c)/(b)':>10}",
     ]
-    for name, a, b, fmt in rows:
-        lines.append(f"{name:<22}{fmt.format(a):>20}{fmt.format(b):>14}{ratio(a, b):>10}")
+    for name, attribute, fmt in figures:
+        a, b, c = (getattr(report, attribute) for report in reports)
+        lines.append(f"{name:<22}{fmt.format(a):>20}{fmt.format(b):>14}{fmt.format(c):>10}"
+                     f"{ratio(a, b):>10}{ratio(c, b):>10}")
     return "\n".join(lines)
 
 
+Reports = tuple[RunReport, RunReport, RunReport]
+"""(a) direct, (b) tangram, (c) tangram FCFS."""
+
+
 def run(settings: Settings, workload: Workload, limits: ServiceLimits, concurrency: int,
-        workers: int = 2) -> tuple[RunReport, RunReport]:
-    """Run (a) then (b) against fresh services with the same limits; returns both reports."""
+        workers: int = 2) -> Reports:
+    """Run (a), (b) with ``settings.api_bypass_s``, then (c) FCFS, each against a fresh service
+    with the same limits; returns the three reports."""
     with tempfile.TemporaryDirectory(prefix="tangram-bench-api-") as logs, \
             ensure_redis(settings.redis_url) as url:
         with RateLimitedService(limits) as service:
             direct = run_direct(service, workload)
-        with RateLimitedService(limits) as service:
-            declared = (f"{API}=url:{service.url},concurrency:{concurrency},"
-                        f"rate:{round(limits.rate_per_s)}/1s,burst:{limits.burst}")
-            live = settings.with_(redis_url=url, api_limits=declared)
-            reset_api_state(live)
-            with api_workers(live, workers, Path(logs)):
-                tangram = run_tangram(live, service, workload)
-    return direct, tangram
+        runs = []
+        for mode, bypass_s in (("tangram", settings.api_bypass_s), ("tangram-fcfs", 0.0)):
+            with RateLimitedService(limits) as service:
+                declared = (f"{API}=url:{service.url},concurrency:{concurrency},"
+                            f"rate:{round(limits.rate_per_s)}/1s,burst:{limits.burst}")
+                live = settings.with_(redis_url=url, api_limits=declared, api_bypass_s=bypass_s)
+                reset_api_state(live)
+                with api_workers(live, workers, Path(logs) / mode):
+                    runs.append(run_tangram(live, service, workload, mode))
+    return direct, runs[0], runs[1]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -311,11 +331,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         think_s=(args.think[0], args.think[1]), seed=args.seed)
     limits = ServiceLimits(rate_per_s=args.rate, burst=args.rate,
                            concurrency=args.api_concurrency)
-    direct, tangram = run(Settings.from_env(), workload, limits, args.concurrency, args.workers)
+    settings = Settings.from_env()
+    reports = run(settings, workload, limits, args.concurrency, args.workers)
     if args.json:
         print(json.dumps({"workload": asdict(workload), "limits": asdict(limits),
-                          "direct": direct.summary(), "tangram": tangram.summary()}, indent=2))
-    print(render(direct, tangram, workload, limits, args.concurrency, args.workers))
+                          **{r.mode: r.summary() for r in reports}}, indent=2))
+    print(render(reports, workload, limits, args.concurrency, args.workers,
+                 settings.api_bypass_s))
     return 0
 
 

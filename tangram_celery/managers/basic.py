@@ -16,7 +16,9 @@ worker on every host draws from the same budget:
   cuts the sum of ACT of a quota-bound batch. No call ranks later than its own arrival less
   ``TANGRAM_API_BYPASS_S`` (default 60 s), so a call is overtaken only by calls that arrived at
   most that long after it, and nobody waits forever; ``0`` is plain FCFS by arrival, the paper's
-  order. Tickets expire like leases when their worker stops renewing them.
+  order. The price is a longer tail, and a step shorter than a few bounds can end later (its
+  youngest trajectories start late); ``python -m tangram_celery.bench.api`` measures both orders.
+  Tickets expire like leases when their worker stops renewing them.
 
 An action whose cost names several APIs starts only when it is at the head of every one of them
 and all of them have room: one Lua script checks every API and takes from all or from none.

@@ -99,3 +99,12 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     yield server
     server.stop()
     assert not server.running(), "tritonserver still running after stop()"
+
+
+@pytest.fixture()
+def two_cores() -> tuple[int, int]:
+    """Two usable core ids; skips on single-core hardware."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("needs a machine with at least 2 cores")
+    return cores[0], cores[1]

@@ -193,15 +193,6 @@ def assert_gone() -> Callable[[str], None]:
 
 
 @pytest.fixture()
-def two_cores() -> tuple[int, int]:
-    """Two usable core ids; skips on single-core hardware."""
-    cores = sorted(os.sched_getaffinity(0))
-    if len(cores) < 2:
-        pytest.skip("needs a machine with at least 2 cores")
-    return cores[0], cores[1]
-
-
-@pytest.fixture()
 def limits(backend: BwrapBackend) -> SandboxLimits:
     """The limits of the ``backend`` fixture."""
     return backend.limits

@@ -394,6 +394,19 @@ def exit_status(code: int | None, *, timed_out: bool) -> tuple[int | None, int |
     return code, None
 
 
+def command_start(t0: float, marker_at: float | None, end: float, trailer: Trailer | None) -> float:
+    """When the command started, on the host clock, for the setup/exec split of an outcome.
+
+    The host stamps the ready marker when it reads it, which a loaded engine can deliver late;
+    the wrapper's own clock says the command ran ``trailer.elapsed_s`` and ended before
+    ``end``, so the start is no later than ``end - elapsed_s``.
+    """
+    start = end if marker_at is None else marker_at
+    if trailer is not None:
+        start = min(start, end - trailer.elapsed_s)
+    return min(max(start, t0), end)
+
+
 def units_of(spec: ExecSpec) -> int:
     """The unit count of a spec: its ``TANGRAM_UNITS`` if set, else one per listed core."""
     explicit = spec.env.get(UNITS_ENV)
@@ -1226,7 +1239,7 @@ class DockerBackend:
         oom: bool = False,
         env: _Env | None = None,
     ) -> DockerExecOutcome:
-        ready = run.marker.ready_at if run.marker.ready_at is not None else end
+        ready = command_start(t0, run.marker.ready_at, end, trailer)
         exit_code, sig = exit_status(code, timed_out=timed_out)
         usage = trailer.workdir_bytes if trailer is not None else None
         exceeded = usage is not None and usage > self.limits.workdir_mb * MB

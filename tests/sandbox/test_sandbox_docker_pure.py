@@ -25,12 +25,14 @@ from tangram_celery.sandbox.docker import (
     FrameDemuxer,
     PoolPlan,
     TrailerSink,
+    Trailer,
     WarmPoolPolicy,
     _Broken,
     _Exchange,
     _read_ahead,
     container_options,
     cpu_options,
+    command_start,
     encode_files,
     exit_status,
     idle_expired,
@@ -204,6 +206,29 @@ def test_trailer_is_parsed_and_stripped() -> None:
     assert rest == b"x" and trailer is not None and trailer.workdir_bytes is None
     assert parse_trailer(b"\x1etangram-end 0 0 0 0\x1e and more") == (
         b"\x1etangram-end 0 0 0 0\x1e and more", None)  # only at the very end
+
+
+def _trailer(elapsed_s: float) -> Trailer:
+    return Trailer(exit_code=0, oom_before=0, oom_after=0, elapsed_s=elapsed_s, workdir_bytes=0)
+
+
+# (t0, marker read at, end, trailer's elapsed or None, expected command start)
+COMMAND_STARTS = [
+    (0.0, 0.10, 0.50, 0.38, 0.10),   # marker on time: it stands
+    (0.0, 0.25, 0.50, 0.30, 0.20),   # marker read late: the wrapper's clock moves the start back
+    (0.0, 0.25, 0.50, None, 0.25),   # no trailer (wrapper killed): the marker is all there is
+    (0.0, None, 0.50, None, 0.50),   # never started: all setup
+    (0.2, 0.30, 0.50, 0.40, 0.20),   # never before the action's own start
+    (0.0, 0.60, 0.50, 0.00, 0.50),   # never after its end
+]
+
+
+@pytest.mark.parametrize(("t0", "marker", "end", "elapsed", "expected"), COMMAND_STARTS)
+def test_command_start_trusts_the_wrapper_clock_over_a_late_marker(
+    t0: float, marker: float | None, end: float, elapsed: float | None, expected: float
+) -> None:
+    trailer = None if elapsed is None else _trailer(elapsed)
+    assert command_start(t0, marker, end, trailer) == pytest.approx(expected)
 
 
 def test_trailer_sink_forwards_everything_but_the_trailer() -> None:

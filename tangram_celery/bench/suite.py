@@ -44,7 +44,7 @@ from tangram_celery.bench.sim.costs import PRESETS
 from tangram_celery.bench.sim.invariants import violations
 from tangram_celery.bench.sim.policy import DEFAULT_POLICY
 from tangram_celery.bench.sim.record import RunResult
-from tangram_celery.bench.sim.systems import DEFAULT_SYSTEMS, simulate
+from tangram_celery.bench.sim.systems import DEFAULT_SYSTEMS, simulate, system
 from tangram_celery.bench.summary import Summary, summarize
 from tangram_celery.bench.tables import gpu_parity
 from tangram_celery.bench.workloads import GENERATORS, Workload, read_trace
@@ -128,14 +128,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     runner = _runner(args)
     results, summaries = _run_all(plan, runner)
+    if not results:
+        print("tangram bench: error: no system could run at these points (each skip is "
+              "printed above); nothing was written", file=sys.stderr)
+        return 2
     if args.mode == "real" and args.workload == "mopd":
         plan, results, summaries = _with_measured(args, plan, results)
     by_point = {str(p.as_dict()): p for p in plan.points}
     failures = [(r.system, problem) for r in results
                 for problem in violations(plan.workload(by_point[str(r.point)]), r)][:10]
     _write(args, command, plan, results, summaries)
-    for system, problem in failures:
-        print(f"invariant violated ({system}): {problem}", file=sys.stderr)
+    for name, problem in failures:
+        print(f"invariant violated ({name}): {problem}", file=sys.stderr)
     return 1 if failures else 0
 
 
@@ -155,14 +159,24 @@ def resolve(args: argparse.Namespace) -> Plan:
         from tangram_celery.bench import mopd_real
 
         batch, gpus = mopd_real.DEFAULT_BATCH, mopd_real.DEFAULT_GPUS
+    for flag in ("batch", "cores", "gpus"):
+        given = getattr(args, flag)
+        if given is not None and given <= 0:
+            raise ValueError(f"--{flag} must be a positive integer, not {given}")
     base = Point(batch=args.batch or batch, cores=args.cores or (8 if real else 1280),
                  gpus=args.gpus or gpus)
-    values = tuple(float(v) for v in args.points.split(",")) if args.points else None
+    values = sweep_values(args.points, args.sweep)
     if gpu_real:
         for point in points(base, args.sweep, values):
             _gpu_config(args, point)
     default = REAL_GPU_SYSTEMS if gpu_real else REAL_SYSTEMS if real else DEFAULT_SYSTEMS
-    systems = args.systems.split(",") if args.systems else list(default)
+    systems = [name.strip() for name in args.systems.split(",")] if args.systems else list(
+        default)
+    for name in systems:
+        system(name, args.policy)  # ValueError names an unknown system or policy
+    if not real:
+        for point in points(base, args.sweep, values):
+            point.cluster(physics(args))
     presets = ["real", "sim"] if real else args.costs.split(",")
     unknown = [p for p in presets if p not in PRESETS and not real]
     if unknown:
@@ -188,6 +202,27 @@ def resolve(args: argparse.Namespace) -> Plan:
         return workload_at(args.workload, point, args.seed, trace)
 
     return Plan(points(base, args.sweep, values), base, systems, presets, workload)
+
+
+def sweep_values(text: str | None, sweep: str | None) -> tuple[float, ...] | None:
+    """The values of ``--points`` (None: the sweep's own); ValueError names a bad one."""
+    if not text:
+        return None
+    if sweep is None:
+        raise ValueError("--points gives the values of a sweep: add --sweep")
+    values = []
+    for part in text.split(","):
+        try:
+            value = float(part)
+        except ValueError:
+            raise ValueError(f"--points: {part.strip()!r} is not a number") from None
+        if sweep == "parallel" and not 0 <= value <= 1:
+            raise ValueError(f"--points: parallel fractions lie in [0, 1], not {part.strip()}")
+        if sweep != "parallel" and (value <= 0 or not value.is_integer()):
+            raise ValueError(f"--points: {sweep} values are positive integers, not "
+                             f"{part.strip()}")
+        values.append(value)
+    return tuple(values)
 
 
 def _gpu_config(args: argparse.Namespace, point: Point) -> RealGpuConfig:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,26 @@ def test_robustness_sweep_prints_the_comparison(tmp_path: Path,
         assert set(row["mean"]) == {"tangram", "tangram:ersa", "fixed-dop-4", "fixed-dop-8",
                                     "fixed-dop-16", "static"}
         assert row["ideal_external"] <= min(row["external"].values())
+
+
+@pytest.mark.parametrize("argv, problem", [
+    (["coding", "--systems", "tangram,bogus"], "unknown system 'bogus'"),
+    (["coding", "--policy", "nope"], "unknown policy 'nope'"),
+    (["coding", "--batch", "-5"], "--batch must be a positive integer, not -5"),
+    (["coding", "--gpus", "0"], "--gpus must be a positive integer, not 0"),
+    (["coding", "--cores", "1000"], "cores must be a multiple of 256"),
+    (["coding", "--sweep", "cores", "--points", "256,300"], "cores must be a multiple of 256"),
+    (["coding", "--sweep", "batch", "--points", "8,abc"], "'abc' is not a number"),
+    (["coding", "--sweep", "batch", "--points", "8.5"], "positive integers, not 8.5"),
+    (["coding", "--sweep", "parallel", "--points", "0.5,1.5"], r"\[0, 1\], not 1.5"),
+    (["coding", "--points", "8"], "add --sweep"),
+    (["trace", "--trace", "/nonexistent/mine.jsonl"], "cannot read the trace file"),
+    (["mopd", "--gpus", "8", "--batch", "4", "--systems", "static", "--costs", "sched"],
+     "no system could run"),
+])
+def test_bad_arguments_are_refused_before_anything_runs_or_is_written(
+    argv: list[str], problem: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    assert re.search(problem, capsys.readouterr().err)
+    assert not (tmp_path / "out").exists()

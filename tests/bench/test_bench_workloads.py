@@ -105,10 +105,46 @@ def test_trace_one_action_a_line_in_any_order() -> None:
     ('{"trajectory": "a", "index": 0, "kind": "exec", "t1": -1}', "t1"),
     ('{"trajectory": "a", "index": 0, "kind": "exec", "t1": 1, "units": [4, 1]}', "units"),
     ("[1, 2]", "object"),
+    ("not json", "not a JSON object.*docs/traces.md"),
+    ('{"actions": [{"kind": "exec", "t1": 1}]}', "required field 'id' is missing"),
+    ('{"trajectory": "a", "kind": "exec", "t1": 1}', "required field 'index' is missing"),
+    ('{"trajectory": "a", "index": 0, "t1": 1}', "required field 'kind' is missing"),
+    ('{"type": "service", "name": "rm"}', "required field 'dops' is missing"),
+    ('{"type": "nope"}', "unknown line type 'nope'"),
 ])
 def test_bad_trace_lines_name_the_problem(line: str, field: str) -> None:
     with pytest.raises(TraceError, match=field):
         parse_trace([line])
+
+
+EXEC = '"kind": "exec", "t1": 1'
+
+
+@pytest.mark.parametrize("lines, problem", [
+    ([f'{{"id": "a", "actions": [{{{EXEC}}}]}}'] * 2, "line 2: trajectory 'a' appears twice"),
+    ([f'{{"trajectory": "a", "index": 0, {EXEC}}}'] * 2, "line 2: .*already has an action 0"),
+    ([f'{{"id": "a", "actions": [{{{EXEC}}}]}}', f'{{"trajectory": "a", "index": 1, {EXEC}}}'],
+     "line 2: .*already has a trajectory line"),
+    ([f'{{"trajectory": "a", "index": 0, {EXEC}}}', f'{{"id": "a", "actions": [{{{EXEC}}}]}}'],
+     "line 2: trajectory 'a' appears twice"),
+    ([], "no trajectory or action lines"),
+    (["# only a comment", '{"type": "workload", "name": "x"}'], "no trajectory or action"),
+])
+def test_a_trace_never_loses_or_merges_trajectories_silently(lines: list[str],
+                                                            problem: str) -> None:
+    with pytest.raises(TraceError, match=problem):
+        parse_trace(lines)
+
+
+def test_unreadable_trace_files_name_the_file(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match=r"cannot read the trace file .*missing\.jsonl"):
+        read_trace(tmp_path / "missing.jsonl")
+    with pytest.raises(TraceError, match="cannot read the trace file"):
+        read_trace(tmp_path)
+    binary = tmp_path / "binary.jsonl"
+    binary.write_bytes(b"\xff\xfe{}\n")
+    with pytest.raises(TraceError, match="not UTF-8 text"):
+        read_trace(binary)
 
 
 def test_format_is_json_lines() -> None:

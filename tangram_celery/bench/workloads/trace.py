@@ -43,6 +43,9 @@ from tangram_celery.errors import ValidationError
 ACTION_FIELDS = ("kind", "t1", "think_s", "units", "parallel", "service")
 
 
+FORMAT_HELP = "the trace format is in docs/traces.md"
+
+
 class TraceError(ValueError):
     """A trace line that cannot be read; the message names the line and the field."""
 
@@ -61,8 +64,15 @@ def parse_trace(lines: Iterable[str], name: str = "trace") -> Workload:
             continue
         try:
             record = json.loads(text)
+        except ValueError as exc:
+            raise TraceError(f"trace line {number}: not a JSON object ({exc}); {FORMAT_HELP}"
+                             ) from None
+        try:
             _read_line(record, header, services, apis, whole, parts, placement)
-        except (ValueError, KeyError, TypeError, ValidationError) as exc:
+        except KeyError as exc:
+            raise TraceError(f"trace line {number}: the required field {exc.args[0]!r} is "
+                             f"missing; {FORMAT_HELP}") from None
+        except (ValueError, TypeError, ValidationError) as exc:
             raise TraceError(f"trace line {number}: {exc}") from None
     trajectories = list(whole.values()) + [
         Trajectory(tid, tuple(actions[i] for i in sorted(actions)),
@@ -70,6 +80,8 @@ def parse_trace(lines: Iterable[str], name: str = "trace") -> Workload:
                    int(placement.get(tid, {}).get("step", 0)))
         for tid, actions in parts.items()
     ]
+    if not trajectories:
+        raise TraceError(f"the trace has no trajectory or action lines; {FORMAT_HELP}")
     try:
         return Workload(str(header["name"]), tuple(trajectories), tuple(services), tuple(apis),
                         float(header["step_gap_s"]))
@@ -100,12 +112,20 @@ def _read_line(
                              float(record["qps"])))
     elif kind == "trajectory":
         tid = str(record["id"])
+        if tid in whole or tid in parts:
+            raise TraceError(f"trajectory {tid!r} appears twice; give each trajectory one "
+                             "line, or all its actions as action lines")
         actions = tuple(parse_action_spec(a) for a in record["actions"])
         whole[tid] = Trajectory(tid, actions, float(record.get("start_s", 0.0)),
                                 int(record.get("step", 0)))
     elif kind == "action":
         tid = str(record["trajectory"])
-        parts.setdefault(tid, {})[int(record["index"])] = parse_action_spec(record)
+        index = int(record["index"])
+        if tid in whole or index in parts.get(tid, {}):
+            where = "has a trajectory line" if tid in whole else f"has an action {index}"
+            raise TraceError(f"trajectory {tid!r} already {where}; each action of a trajectory "
+                             "needs its own index")
+        parts.setdefault(tid, {})[index] = parse_action_spec(record)
         for key in ("start_s", "step"):
             if key in record:
                 placement.setdefault(tid, {})[key] = float(record[key])
@@ -159,9 +179,16 @@ def format_trace(workload: Workload) -> Iterator[str]:
 
 
 def read_trace(path: Path) -> Workload:
-    """Load a JSON Lines trace file."""
-    with path.open(encoding="utf-8") as handle:
-        return parse_trace(handle, path.stem)
+    """Load a JSON Lines trace file; TraceError names what is wrong with it."""
+    try:
+        with path.open(encoding="utf-8") as handle:
+            return parse_trace(handle, path.stem)
+    except OSError as exc:
+        raise TraceError(f"cannot read the trace file {str(path)!r}: "
+                         f"{exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"the trace file {str(path)!r} is not UTF-8 text ({exc.reason} at "
+                         f"byte {exc.start}); {FORMAT_HELP}") from None
 
 
 def write_trace(path: Path, workload: Workload) -> None:

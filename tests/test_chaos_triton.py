@@ -215,7 +215,7 @@ def test_once_the_outage_outlasts_the_window_actions_fail_at_once() -> None:
     waited = time.monotonic() - started
     started = time.monotonic()
     second = runtime.execute(action.to_json(), 0)
-    assert 0.5 <= waited < 2 and time.monotonic() - started < 0.1
+    assert 0.5 <= waited < 2 and time.monotonic() - started < 0.4  # at once: not the 0.5 s window
     for result in (first, second):
         assert result["status"] == "error" and "did not come back within 0.5 s" in result["error"]
     assert sum(r["units"] != [] for r in (first, second)) == 2, "each held and released its GPU"

@@ -165,18 +165,17 @@ def resolve(args: argparse.Namespace) -> Plan:
             raise ValueError(f"--{flag} must be a positive integer, not {given}")
     base = Point(batch=args.batch or batch, cores=args.cores or (8 if real else 1280),
                  gpus=args.gpus or gpus)
-    values = sweep_values(args.points, args.sweep)
-    if gpu_real:
-        for point in points(base, args.sweep, values):
+    planned = points(base, args.sweep, sweep_values(args.points, args.sweep))
+    for point in planned:  # ValueError names a point the cluster cannot have
+        if gpu_real:
             _gpu_config(args, point)
+        elif not real:
+            point.cluster(physics(args))
     default = REAL_GPU_SYSTEMS if gpu_real else REAL_SYSTEMS if real else DEFAULT_SYSTEMS
     systems = [name.strip() for name in args.systems.split(",")] if args.systems else list(
         default)
     for name in systems:
         system(name, args.policy)  # ValueError names an unknown system or policy
-    if not real:
-        for point in points(base, args.sweep, values):
-            point.cluster(physics(args))
     presets = ["real", "sim"] if real else args.costs.split(",")
     unknown = [p for p in presets if p not in PRESETS and not real]
     if unknown:
@@ -201,7 +200,7 @@ def resolve(args: argparse.Namespace) -> Plan:
             return real_workload(point.batch, args.seed, point.cores)
         return workload_at(args.workload, point, args.seed, trace)
 
-    return Plan(points(base, args.sweep, values), base, systems, presets, workload)
+    return Plan(planned, base, systems, presets, workload)
 
 
 def sweep_values(text: str | None, sweep: str | None) -> tuple[float, ...] | None:

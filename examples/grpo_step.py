@@ -29,9 +29,9 @@ import redis
 
 from tangram_celery.action import Action, ActionResult
 from tangram_celery.client import TangramClient, code_action, command_action, test_run_action
-from tangram_celery.demo import DemoConfig, local_cluster
-from tangram_celery.registry import Registry
-from tangram_celery.report import act_table, summarize
+from tangram_celery.stack.demo import DemoConfig, local_cluster
+from tangram_celery.pools.registry import Registry
+from tangram_celery.observe.report import act_table, summarize
 from tangram_celery.settings import Settings
 
 TESTS = "\n".join(

@@ -16,4 +16,4 @@ if [ ! -x "$PYTHON" ]; then
   exit 1
 fi
 cd "$ROOT"
-exec "$PYTHON" -m tangram_celery.images "$@"
+exec "$PYTHON" -m tangram_celery.stack.images "$@"

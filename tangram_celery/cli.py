@@ -33,13 +33,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="messages held at once (default from the API's limits)")
     api.add_argument("--loglevel", default="INFO")
 
-    from tangram_celery.gpu_pool import add_worker_arguments
+    from tangram_celery.pools.gpu_pool import add_worker_arguments
 
     add_worker_arguments(pools.add_parser(
         "gpu", help="a GPU reward pool worker (Triton reward models; simulated GPU ids on CPU)"
     ))
 
-    from tangram_celery import flower, metrics, status
+    from tangram_celery.observe import flower, metrics, status
 
     flower.add_arguments(commands.add_parser(
         "flower", help="Flower on the configured broker, basic auth by default"))
@@ -52,16 +52,16 @@ def build_parser() -> argparse.ArgumentParser:
     controller.add_arguments(commands.add_parser(
         "autoscaler", help="size the CPU pool to predicted demand within a budget"))
 
-    from tangram_celery import broker, stack
     from tangram_celery.reward import server
+    from tangram_celery.stack import broker, up
 
     broker.add_arguments(commands.add_parser(
         "redis", help="the broker: redis-server on TANGRAM_REDIS_URL's port, append-only file"))
     server.add_arguments(commands.add_parser(
         "triton", help="Triton Inference Server (pytriton's binary) on the model repository"))
-    stack.add_up_arguments(commands.add_parser(
+    up.add_up_arguments(commands.add_parser(
         "up", help="the compose stack (compose/docker-compose.yml) as local processes"))
-    stack.add_down_arguments(commands.add_parser("down", help="stop what `tangram up` started"))
+    up.add_down_arguments(commands.add_parser("down", help="stop what `tangram up` started"))
 
     commands.add_parser("bench", add_help=False,
                         help="benchmarks: `tangram bench <workload> --mode sim|real ...` "
@@ -87,16 +87,16 @@ def build_parser() -> argparse.ArgumentParser:
 def run_worker(settings: Settings, args: argparse.Namespace) -> int:
     """Run the worker of the pool type named on the command line until it is stopped."""
     if args.pool == "cpu":
-        from tangram_celery.worker import run_cpu_worker
+        from tangram_celery.pools.worker import run_cpu_worker
 
         run_cpu_worker(settings, args.node, args.cores, args.memory_mb, args.concurrency,
                        args.loglevel)
     elif args.pool == "api":
-        from tangram_celery.api_pool import run_api_worker
+        from tangram_celery.pools.api_pool import run_api_worker
 
         run_api_worker(settings, args.api, args.concurrency, args.loglevel)
     elif args.pool == "gpu":
-        from tangram_celery.gpu_pool import run_from_args
+        from tangram_celery.pools.gpu_pool import run_from_args
 
         run_from_args(settings, args)
     return 0
@@ -104,8 +104,8 @@ def run_worker(settings: Settings, args: argparse.Namespace) -> int:
 
 def run_tool(settings: Settings, args: argparse.Namespace) -> int:
     """``tangram flower``, ``tangram exporter``, ``tangram status`` or ``tangram autoscaler``."""
-    from tangram_celery import flower, metrics, status
     from tangram_celery.autoscale import controller
+    from tangram_celery.observe import flower, metrics, status
 
     runners = {"flower": flower.run_from_args, "exporter": metrics.run_from_args,
                "status": status.run_from_args, "autoscaler": controller.run_from_args}
@@ -114,16 +114,16 @@ def run_tool(settings: Settings, args: argparse.Namespace) -> int:
 
 def run_stack_command(settings: Settings, args: argparse.Namespace) -> int:
     """``tangram redis``, ``tangram triton``, ``tangram up`` or ``tangram down``."""
-    from tangram_celery import broker, stack
     from tangram_celery.reward import server
+    from tangram_celery.stack import broker, up
 
     if args.command == "redis":
         return broker.run_from_args(settings, args)
     if args.command == "triton":
         return server.run_from_args(settings.triton_url, args)
     if args.command == "up":
-        return stack.run_up(args)
-    return stack.run_down(args)
+        return up.run_up(args)
+    return up.run_down(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -143,8 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_tool(settings, args)
         if args.command in {"redis", "triton", "up", "down"}:
             return run_stack_command(settings, args)
-        from tangram_celery.demo import DemoConfig
-        from tangram_celery.demo import main as demo_main
+        from tangram_celery.stack.demo import DemoConfig
+        from tangram_celery.stack.demo import main as demo_main
 
         config = DemoConfig(trajectories=args.trajectories, code_actions=args.code_actions,
                             nodes=args.nodes, cores_per_node=args.cores, timeout_s=args.timeout)

@@ -116,12 +116,13 @@ def action_attempts(action_id: str) -> str:
 DEAD_LETTERS = f"{PREFIX}:deadletter"
 DUPLICATE_RESULTS = f"{PREFIX}:stats:duplicate-results"
 REPUBLISHED_ACTIONS = f"{PREFIX}:stats:republished-actions"
-"""Counter of actions a client found lost in transit and published again (:mod:`.recovery`)."""
+"""Counter of actions a client found lost in transit and published again
+(:mod:`tangram_celery.client.recovery`)."""
 
-# Monitoring (see tangram_celery.actlog, tangram_celery.inventory).
+# Monitoring (see tangram_celery.tasks.actlog, tangram_celery.pools.inventory).
 METRICS_ACTS = f"{PREFIX}:metrics:acts"
 """Capped stream: one compact ACT record per executed action, appended by workers and read by
-``tangram exporter`` (fields: see :func:`tangram_celery.actlog.act_record`)."""
+``tangram exporter`` (fields: see :func:`tangram_celery.tasks.actlog.act_record`)."""
 
 GPU_POOLS = f"{PREFIX}:gpu:pools"
 """Set of the GPU pools that publish their inventory (see :func:`gpu_pool`)."""

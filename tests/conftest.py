@@ -11,9 +11,14 @@ from pathlib import Path
 import pytest
 import redis
 
-from tangram_celery.registry import Registry
-from tangram_celery.services import embedded_redis, spawn_cpu_worker, stop_process, wait_for_nodes
+from tangram_celery.pools.registry import Registry
 from tangram_celery.settings import Settings
+from tangram_celery.stack.services import (
+    embedded_redis,
+    spawn_cpu_worker,
+    stop_process,
+    wait_for_nodes,
+)
 
 
 @pytest.fixture(scope="session")

@@ -61,9 +61,9 @@ def test_import_connects_to_nothing() -> None:
         "import socket\n"
         "def refuse(*a, **k):\n    raise SystemExit('connected at import time')\n"
         "socket.socket.connect = refuse\n"
-        "import tangram_celery.client, tangram_celery.app, tangram_celery.node\n"
-        "import tangram_celery.worker, tangram_celery.demo, tangram_celery.cli\n"
-        "from tangram_celery.app import make_app\n"
+        "import tangram_celery.client, tangram_celery.tasks.app, tangram_celery.pools.node\n"
+        "import tangram_celery.pools.worker, tangram_celery.stack.demo, tangram_celery.cli\n"
+        "from tangram_celery.tasks.app import make_app\n"
         "from tangram_celery.settings import Settings\n"
         "make_app(Settings.from_env({}))\n"
     )

@@ -17,7 +17,7 @@ cannot simply be killed. Scaling down picks the member with the fewest pinned tr
 drains it:
 
 1. it stops taking *new* trajectories: the actuator sets the node's advertised ``memory_mb`` to 0
-   in its registry hash, so :func:`tangram_celery.router.choose_node` never picks it, while
+   in its registry hash, so :func:`tangram_celery.pools.routing.choose_node` never picks it, while
    trajectories already pinned there keep their pin (the heartbeat refreshes only
    ``heartbeat`` and ``free_cores``);
 2. it keeps serving its pinned trajectories until every one has ended (its
@@ -52,8 +52,8 @@ from docker import errors as docker_errors
 
 from tangram_celery import keys
 from tangram_celery.autoscale.policy import Budget, PoolLimits, PoolLoad, ScalingConfig, decide
-from tangram_celery.registry import Registry
-from tangram_celery.services import spawn_cpu_worker, stop_process
+from tangram_celery.pools.registry import Registry
+from tangram_celery.stack.services import spawn_cpu_worker, stop_process
 
 if TYPE_CHECKING:
     from tangram_celery.autoscale.controller import Work

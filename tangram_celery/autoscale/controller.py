@@ -25,8 +25,6 @@ import redis
 
 from tangram_celery import keys
 from tangram_celery.action import parse_action
-from tangram_celery.actlog import ActRecord
-from tangram_celery.app import celery_config
 from tangram_celery.autoscale.actuators import CPU_POOL, Actuator, LocalProcessActuator
 from tangram_celery.autoscale.policy import (
     Budget,
@@ -37,9 +35,11 @@ from tangram_celery.autoscale.policy import (
     decide,
 )
 from tangram_celery.errors import ValidationError
-from tangram_celery.inventory import Inventory, priority_lists, read_inventory
-from tangram_celery.registry import Registry
+from tangram_celery.pools.inventory import Inventory, priority_lists, read_inventory
+from tangram_celery.pools.registry import Registry
 from tangram_celery.settings import Settings
+from tangram_celery.tasks.actlog import ActRecord
+from tangram_celery.tasks.app import celery_config
 
 log = logging.getLogger(__name__)
 

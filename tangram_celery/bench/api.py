@@ -54,18 +54,18 @@ import redis
 from celery import Celery
 
 from tangram_celery import keys
-from tangram_celery.api_pool import (
+from tangram_celery.bench.ratelimited import RateLimitedService, ServiceLimits
+from tangram_celery.client import TangramClient
+from tangram_celery.pools.api_pool import (
     api_action,
     http_call,
     spawn_api_worker,
     wait_for_worker,
     worker_name,
 )
-from tangram_celery.app import make_app
-from tangram_celery.bench.ratelimited import RateLimitedService, ServiceLimits
-from tangram_celery.client import TangramClient
-from tangram_celery.services import ensure_redis, stop_process
 from tangram_celery.settings import Settings
+from tangram_celery.stack.services import ensure_redis, stop_process
+from tangram_celery.tasks.app import make_app
 
 API = "bench-search"
 SEARCH_PATH = "/search"

@@ -35,14 +35,14 @@ import redis
 
 from tangram_celery.action import Action, ActionResult
 from tangram_celery.bench.emulation import emulated_exec, emulated_test_run
-from tangram_celery.bench.sim.record import ActionRecord, RunResult
-from tangram_celery.bench.workloads import CodingParams, Workload, coding
-from tangram_celery.bench.workloads.model import ActionSpec
 from tangram_celery.client import TangramClient
-from tangram_celery.demo import DemoConfig, local_cluster
-from tangram_celery.registry import Registry
-from tangram_celery.services import embedded_redis
+from tangram_celery.pools.registry import Registry
 from tangram_celery.settings import Settings
+from tangram_celery.sim.record import ActionRecord, RunResult
+from tangram_celery.stack.demo import DemoConfig, local_cluster
+from tangram_celery.stack.services import embedded_redis
+from tangram_celery.workloads import CodingParams, Workload, coding
+from tangram_celery.workloads.model import ActionSpec
 
 REAL_PARAMS = CodingParams(
     turns=(2, 4), think_median_s=0.3, think_sigma=0.5, exec_median_s=0.05, exec_sigma=1.0,

@@ -13,7 +13,7 @@ time of the chunk it was really placed on and whose requests sleep their Amdahl 
 chunk (the simulator's formulas), so a request's duration depends on the chunk the scheduler
 gave it.
 
-The workload is the simulator's MOPD generator (:func:`~tangram_celery.bench.workloads.mopd`)
+The workload is the simulator's MOPD generator (:func:`~tangram_celery.workloads.mopd`)
 with fewer samples per step (48, not 512), every duration multiplied by ``time_scale`` (think
 times, one-GPU times, the restore physics) and the LLM's generation (think) times by
 ``think_scale`` on top: a tenth of the samples arriving in a tenth of the time offers the
@@ -29,7 +29,7 @@ system gets a fresh Redis and a fresh Triton:
 * ``tangram:ersa``: the same pool with the paper's allocator (``TANGRAM_SCHEDULER=elastic``);
 * ``celery``: the same pool, ``TANGRAM_SCHEDULER=fcfs-min``: every call at its minimum, FIFO;
 * ``static``: every teacher owns fixed replicas at its smallest parallelism, laid out as the
-  simulator lays them out (:func:`~tangram_celery.bench.sim.services.replica_chunks`): one GPU
+  simulator lays them out (:func:`~tangram_celery.sim.services.replica_chunks`): one GPU
   pool worker per teacher on exactly those GPU ids, each replica loaded before the timed run.
 
 Every pool runs with cross-request batching off (``--no-batching``): the simulator models
@@ -56,22 +56,27 @@ import redis
 
 from tangram_celery import keys
 from tangram_celery.action import Action, ActionResult
-from tangram_celery.app import make_app
 from tangram_celery.bench.plan import Point
-from tangram_celery.bench.sim.cluster import Cluster
-from tangram_celery.bench.sim.costs import Costs
-from tangram_celery.bench.sim.record import ActionRecord, Allocation, RunResult
-from tangram_celery.bench.sim.services import replica_chunks
 from tangram_celery.bench.summary import Summary, ratio
 from tangram_celery.bench.teachers.model import execute_seconds, restore_seconds
 from tangram_celery.bench.teachers.repository import TeacherPhysics, write_repository
-from tangram_celery.bench.workloads import MopdParams, Workload, mopd
-from tangram_celery.bench.workloads.model import ActionSpec, GpuService, Trajectory
 from tangram_celery.client import TangramClient
-from tangram_celery.gpu_pool import DEFAULT_NODE_SIZE, reward_action, worker_name
+from tangram_celery.pools.gpu_pool import DEFAULT_NODE_SIZE, reward_action, worker_name
 from tangram_celery.reward.server import TritonServer
-from tangram_celery.services import embedded_redis, spawn_gpu_worker, stop_process, wait_for_worker
 from tangram_celery.settings import Settings
+from tangram_celery.sim.cluster import Cluster
+from tangram_celery.sim.costs import Costs
+from tangram_celery.sim.record import ActionRecord, Allocation, RunResult
+from tangram_celery.sim.services import replica_chunks
+from tangram_celery.stack.services import (
+    embedded_redis,
+    spawn_gpu_worker,
+    stop_process,
+    wait_for_worker,
+)
+from tangram_celery.tasks.app import make_app
+from tangram_celery.workloads import MopdParams, Workload, mopd
+from tangram_celery.workloads.model import ActionSpec, GpuService, Trajectory
 
 SYSTEMS = ("tangram", "tangram:ersa", "celery", "static")
 DEFAULT_BATCH = 48

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from tangram_celery.bench.sim.cluster import Cluster
-from tangram_celery.bench.workloads import CodingParams, Workload, build, coding
+from tangram_celery.sim.cluster import Cluster
+from tangram_celery.workloads import CodingParams, Workload, build, coding
 
 SWEEPS: dict[str, tuple[float, ...]] = {
     "batch": (256, 512, 1024, 1280, 2048),

@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tangram_celery.bench.sim.costs import LABELS, PRESETS, describe
 from tangram_celery.bench.summary import Summary
 from tangram_celery.bench.tables import (
     comparison_table,
@@ -21,6 +20,7 @@ from tangram_celery.bench.tables import (
     sweep_table,
     system_table,
 )
+from tangram_celery.sim.costs import LABELS, PRESETS, describe
 
 TITLE = "# Benchmark results"
 INTRO = (

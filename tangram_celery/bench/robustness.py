@@ -26,11 +26,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from tangram_celery.bench.plan import SWEEPS, Point, workload_at
-from tangram_celery.bench.sim.costs import SCHEDULING_ONLY
-from tangram_celery.bench.sim.policy import ABLATIONS
-from tangram_celery.bench.sim.systems import simulate
 from tangram_celery.bench.summary import ALL, summarize
-from tangram_celery.bench.workloads import Workload
+from tangram_celery.sim.costs import SCHEDULING_ONLY
+from tangram_celery.sim.policy import ABLATIONS
+from tangram_celery.sim.systems import simulate
+from tangram_celery.workloads import Workload
 
 TANGRAM = "tangram"
 PAPER = "tangram:ersa"

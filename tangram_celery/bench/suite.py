@@ -8,8 +8,8 @@
     tangram bench robustness [--scale 4] [--ablations]   (see bench.robustness)
 
 Workloads: ``coding``, ``mopd``, ``deepsearch`` (seeded generators) or ``trace`` (a JSON Lines
-file, see :mod:`tangram_celery.bench.workloads.trace`). Systems: see
-:mod:`tangram_celery.bench.sim.systems`. Each invocation writes, under ``--out``:
+file, see :mod:`tangram_celery.workloads.trace`). Systems: see
+:mod:`tangram_celery.sim.systems`. Each invocation writes, under ``--out``:
 
 * ``bench/<name>.actions.json``: every action's ACT parts, per run;
 * ``bench/<name>.json``: the summaries; ``bench/<name>.md``: the report section;
@@ -39,15 +39,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tangram_celery.bench import plots
 from tangram_celery.bench.plan import SWEEPS, Point, headline, points, workload_at
 from tangram_celery.bench.report import Section, index, section, write_readme
-from tangram_celery.bench.sim.cluster import Cluster
-from tangram_celery.bench.sim.costs import PRESETS
-from tangram_celery.bench.sim.invariants import violations
-from tangram_celery.bench.sim.policy import DEFAULT_POLICY
-from tangram_celery.bench.sim.record import RunResult
-from tangram_celery.bench.sim.systems import DEFAULT_SYSTEMS, simulate, system
 from tangram_celery.bench.summary import Summary, summarize
 from tangram_celery.bench.tables import gpu_parity
-from tangram_celery.bench.workloads import GENERATORS, Workload, read_trace
+from tangram_celery.sim.cluster import Cluster
+from tangram_celery.sim.costs import PRESETS
+from tangram_celery.sim.invariants import violations
+from tangram_celery.sim.policy import DEFAULT_POLICY
+from tangram_celery.sim.record import RunResult
+from tangram_celery.sim.systems import DEFAULT_SYSTEMS, simulate, system
+from tangram_celery.workloads import GENERATORS, Workload, read_trace
 
 if TYPE_CHECKING:
     from tangram_celery.bench.mopd_real import RealGpuConfig

@@ -1,5 +1,5 @@
 """Statistics of a run: ACT percentiles and parts per action kind, per-trajectory and pool
-totals. Pure functions over :class:`~tangram_celery.bench.sim.record.RunResult`, shared by the
+totals. Pure functions over :class:`~tangram_celery.sim.record.RunResult`, shared by the
 simulated and the real-stack modes."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tangram_celery.bench.sim.record import ActionRecord, RunResult
+from tangram_celery.sim.record import ActionRecord, RunResult
 
 KIND_ORDER = ("exec", "test_run", "api", "reward")
 UNIT_POOLS = ("cpu", "gpu")

@@ -14,7 +14,6 @@ import pytest
 import redis
 
 from tangram_celery import keys
-from tangram_celery.actlog import ActRecord
 from tangram_celery.autoscale.actuators import RESTART_BACKOFF_S, LocalProcessActuator
 from tangram_celery.autoscale.controller import (
     AutoscalerOptions,
@@ -34,10 +33,11 @@ from tangram_celery.autoscale.policy import ScalingConfig
 from tangram_celery.bench.emulation import emulated_exec, emulated_test_run
 from tangram_celery.client import TangramClient
 from tangram_celery.errors import ConfigError
-from tangram_celery.inventory import Inventory, QueueDepth, read_inventory
-from tangram_celery.registry import Registry
-from tangram_celery.router import NodeView
+from tangram_celery.pools.inventory import Inventory, QueueDepth, read_inventory
+from tangram_celery.pools.registry import Registry
+from tangram_celery.pools.routing import NodeView
 from tangram_celery.settings import Settings
+from tangram_celery.tasks.actlog import ActRecord
 
 
 def kombu_message(body: object) -> str:

@@ -29,9 +29,6 @@ from tangram_celery.bench.mopd_real import (
     scheduler_for,
     teacher_action,
 )
-from tangram_celery.bench.sim.invariants import incomplete, over_allocated, parts_mismatch
-from tangram_celery.bench.sim.record import RunResult
-from tangram_celery.bench.sim.services import replica_chunks
 from tangram_celery.bench.teachers.model import (
     chunk_size,
     execute_seconds,
@@ -39,10 +36,13 @@ from tangram_celery.bench.teachers.model import (
     restore_seconds,
 )
 from tangram_celery.bench.teachers.repository import TeacherPhysics, memory_mb, write_repository
-from tangram_celery.bench.workloads import MopdParams, mopd
-from tangram_celery.bench.workloads.mopd import TEACHERS
 from tangram_celery.reward.triton import load_repository
 from tangram_celery.settings import Settings
+from tangram_celery.sim.invariants import incomplete, over_allocated, parts_mismatch
+from tangram_celery.sim.record import RunResult
+from tangram_celery.sim.services import replica_chunks
+from tangram_celery.workloads import MopdParams, mopd
+from tangram_celery.workloads.mopd import TEACHERS
 
 SCALE = 0.1
 

@@ -7,8 +7,8 @@ import shutil
 import pytest
 
 from tangram_celery.bench.elastic import real_workload, run_real, scheduler_for
-from tangram_celery.bench.sim.invariants import incomplete, parts_mismatch
 from tangram_celery.settings import Settings
+from tangram_celery.sim.invariants import incomplete, parts_mismatch
 
 CORES = 4
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from tangram_celery.bench.sim.policy import DEFAULT_POLICY
 from tangram_celery.scheduling import (
     Core,
     CpuPool,
@@ -26,6 +25,7 @@ from tangram_celery.scheduling import (
 )
 from tangram_celery.scheduling.robust import dop_cap, predicted_act, reserve_units
 from tangram_celery.settings import SCHEDULERS, Settings
+from tangram_celery.sim.policy import DEFAULT_POLICY
 
 CPU = "cpu"
 

@@ -9,14 +9,14 @@ everything that depends on the placement is computed from that ``k``:
 
 * ``initialize`` makes the load last the restore time of the placement,
   ``(teacher_load_init_s + teacher_weights_gb / (k * teacher_restore_gbps)) * teacher_time_scale``
-  (the simulator's :meth:`~tangram_celery.bench.sim.cluster.Cluster.load_s`): the first
+  (the simulator's :meth:`~tangram_celery.sim.cluster.Cluster.load_s`): the first
   instance of the load sleeps until that long after its python-backend stub process started
   (the stub's start is this emulated engine's own start, part of the restore, not added to
   it). With simulated GPUs a chunk of ``k`` is ``k`` CPU instances, each its own stub process,
   which Triton starts together; the load is done when every instance is, so it lasts the
   restore time, or longer when starting the ``k`` stubs takes longer on the machine's CPUs;
 * ``execute`` sleeps, for each request, ``t1 * ((1 - p) + p / k) * teacher_time_scale``
-  (Amdahl's law, as :meth:`~tangram_celery.bench.workloads.model.ActionSpec.duration`), where
+  (Amdahl's law, as :meth:`~tangram_celery.workloads.model.ActionSpec.duration`), where
   ``t1`` is the request's one-GPU time in the workload's seconds (input ``t1``) and ``p`` the
   teacher's ``teacher_parallel``. It answers the seconds it slept (``emulated_s``) and the
   chunk size it believes it runs on (``dop``), so a benchmark can check both.

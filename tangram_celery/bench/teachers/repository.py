@@ -1,6 +1,6 @@
 """A temporary Triton model repository of emulated teachers, one model per teacher service.
 
-:func:`write_repository` writes, for each :class:`~tangram_celery.bench.workloads.model.
+:func:`write_repository` writes, for each :class:`~tangram_celery.workloads.model.
 GpuService` of a workload, ``<dir>/<name>/config.pbtxt`` and ``<dir>/<name>/1/model.py`` (a copy
 of :mod:`.model`). The config declares what the GPU manager reads (``tangram_dops``: the
 teacher's allowed parallelisms; ``tangram_memory_mb``: its memory per GPU) and what the model
@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tangram_celery.bench.workloads.model import GpuService
+from tangram_celery.workloads.model import GpuService
 
 MODEL_FILE = Path(__file__).with_name("model.py")
 

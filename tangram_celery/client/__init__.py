@@ -1,0 +1,29 @@
+"""What training scripts import: submit actions, wait for results, end trajectories.
+
+    from tangram_celery.client import TangramClient, code_action, test_run_action
+
+The client validates, stamps, routes and publishes actions (:mod:`.client`), waits for their
+results without polling (:mod:`.waiter`) and publishes again what the broker lost
+(:mod:`.recovery`). Routing is a pure decision (:mod:`.routing`).
+
+May import the ground floor, ``managers``, ``tasks``, ``pools`` (the registry and the views the
+pools publish) and ``observe``; never the stack, the autoscaler or the benchmarks.
+"""
+
+from tangram_celery.client.client import (
+    ActionHandle,
+    TangramClient,
+    broker_error,
+    code_action,
+    command_action,
+    test_run_action,
+)
+
+__all__ = [
+    "ActionHandle",
+    "TangramClient",
+    "broker_error",
+    "code_action",
+    "command_action",
+    "test_run_action",
+]

@@ -1,0 +1,8 @@
+"""Discrete-event simulation of the compared systems at paper scale.
+
+:func:`~tangram_celery.sim.systems.simulate` runs one system on one workload and returns a
+:class:`~tangram_celery.sim.record.RunResult`. Pooled systems call the project's scheduler
+(:func:`tangram_celery.scheduling.decide`) through a pluggable :class:`~.policy.Policy`; the
+static baselines are modelled in :mod:`.pods`, :mod:`.services` and :mod:`.quota`; every
+control-plane cost is a flag in :mod:`.costs`.
+"""

@@ -1,0 +1,137 @@
+"""The systems compared, by name, and how each is assembled from backends.
+
+* ``tangram``: pooled, every action shaped elastic, the default policy (``robust``: the
+  paper's allocator steered by predicted demand, :mod:`tangram_celery.scheduling.robust`, on
+  CPU nodes; the service-aware scheduler, :mod:`tangram_celery.scheduling.replicas`, on the
+  GPU pool). ``tangram:<policy>`` runs any registered policy (see :mod:`.policy`) on CPU
+  nodes and, unless it is ``ersa``, the service-aware scheduler on GPUs; ``tangram:ersa`` is
+  the paper's algorithm everywhere, as :func:`tangram_celery.scheduling.decide` implements it;
+  ``tangram:replicas-no-<idea>`` runs a GPU ablation (see :data:`.gpupool.GPU_ABLATIONS`).
+  tangram's basic manager serves API calls oldest trajectory first (``TANGRAM_API_BYPASS_S``,
+  :func:`tangram_celery.scheduling.ordering.trajectory_order_key`); ``tangram:ersa`` and the
+  ablation ``tangram:api-fcfs`` serve them FCFS by arrival, the paper's order.
+* ``fixed-dop-<k>``: pooled, every elastic action at a fixed DoP k (the paper's ablation), API
+  calls FCFS as in the paper.
+* ``celery``: plain Celery: FIFO, one queue per node with concurrency = cores, every action at
+  one unit, no elasticity (the same routing and FCFS admission, ``TANGRAM_SCHEDULER=fcfs-min``);
+  no cross-worker API quota, so API calls retry on rejection with backoff.
+* ``static``: per-trajectory pods on CPU (:mod:`.pods`), static GPU services (:mod:`.services`),
+  direct API calls with retries (:mod:`.quota`). ``static-n4``: the same with the test run
+  using ``pytest -n 4`` inside its 4-core limit.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tangram_celery.scheduling.ordering import DEFAULT_BYPASS_S
+from tangram_celery.sim.cluster import Cluster
+from tangram_celery.sim.costs import Costs
+from tangram_celery.sim.engine import Backend, Engine, Progress
+from tangram_celery.sim.gpupool import GPU_POLICIES, GpuPooled, gpu_policy_factory
+from tangram_celery.sim.nodes import CpuNodes
+from tangram_celery.sim.pods import Pods, PodSpec
+from tangram_celery.sim.policy import (
+    DEFAULT_POLICY,
+    Elastic,
+    FixedDop,
+    Minimum,
+    Shape,
+    policy_factory,
+)
+from tangram_celery.sim.quota import ApiDirect, ApiQuota
+from tangram_celery.sim.record import RunResult
+from tangram_celery.sim.services import StaticServices
+from tangram_celery.workloads.model import Workload
+
+DEFAULT_SYSTEMS = ("tangram", "static", "fixed-dop-4", "fixed-dop-16", "celery")
+GPU_POLICY = "replicas"
+"""tangram's policy on GPU pools (any tangram policy but the paper's own ``ersa``)."""
+BASELINE_POLICY = "ersa"
+"""The policy of the pooled baselines (fixed DoP, plain Celery): strict FCFS through the
+paper's allocator, as those systems run, whatever tangram's default policy is."""
+API_FCFS = "api-fcfs"
+"""The ablation ``tangram:api-fcfs``: tangram with API calls FCFS by arrival."""
+
+
+@dataclass(frozen=True)
+class System:
+    """A named system: pooled (a shape and a policy) or static (a pod shape)."""
+
+    name: str
+    pooled: bool
+    shape: Shape = field(default_factory=Elastic)
+    policy: str = DEFAULT_POLICY
+    gpu_policy: str = GPU_POLICY
+    pod: PodSpec = field(default_factory=PodSpec)
+    quota: bool = True
+    api_bypass_s: float = 0.0
+
+
+def system(name: str, default_policy: str = DEFAULT_POLICY) -> System:
+    """The system called ``name`` (see the module docstring for the names)."""
+    if name == "tangram" or name.startswith("tangram:"):
+        policy = name.partition(":")[2] or default_policy
+        if policy == API_FCFS:
+            return System(name, True, Elastic(), default_policy)
+        if policy in GPU_POLICIES:
+            return System(name, True, Elastic(), default_policy, policy,
+                          api_bypass_s=DEFAULT_BYPASS_S)
+        policy_factory(policy)
+        paper = policy == BASELINE_POLICY
+        return System(name, True, Elastic(), policy, BASELINE_POLICY if paper else GPU_POLICY,
+                      api_bypass_s=0.0 if paper else DEFAULT_BYPASS_S)
+    fixed = re.fullmatch(r"fixed-dop-(\d+)", name)
+    if fixed:
+        return System(name, True, FixedDop(int(fixed.group(1))), BASELINE_POLICY,
+                      BASELINE_POLICY)
+    if name == "celery":
+        return System(name, True, Minimum(), BASELINE_POLICY, BASELINE_POLICY, quota=False)
+    if name == "static":
+        return System(name, False)
+    if name == "static-n4":
+        return System(name, False, pod=PodSpec(test_threads=4))
+    raise ValueError(f"unknown system {name!r}; use tangram[:policy], fixed-dop-<k>, celery, "
+                     "static or static-n4")
+
+
+def backends(workload: Workload, chosen: System, cluster: Cluster, costs: Costs,
+             seed: int) -> dict[str, Backend]:
+    """One backend per pool type the workload uses."""
+    pools = {a.pool for t in workload.trajectories for a in t.actions}
+    built: dict[str, Backend] = {}
+    if chosen.pooled:
+        factory = policy_factory(chosen.policy)
+        gpu = gpu_policy_factory(chosen.gpu_policy)
+        makers: dict[str, Callable[[], Backend]] = {
+            "cpu": lambda: CpuNodes(workload, cluster, chosen.shape, factory, costs),
+            "gpu": lambda: GpuPooled(workload, cluster, chosen.shape, gpu, costs),
+            "api": lambda: (ApiQuota(workload, cluster, costs, chosen.api_bypass_s)
+                            if chosen.quota else
+                            ApiDirect(workload, cluster, costs, seed, costs.dispatch_s)),
+        }
+    else:
+        makers = {
+            "cpu": lambda: Pods(workload, cluster, costs, chosen.pod),
+            "gpu": lambda: StaticServices(workload, cluster, costs),
+            "api": lambda: ApiDirect(workload, cluster, costs, seed),
+        }
+    for pool in ("cpu", "gpu", "api"):
+        if pool in pools:
+            built[pool] = makers[pool]()
+    return built
+
+
+def simulate(workload: Workload, name: str, cluster: Cluster, costs: Costs, *, seed: int = 0,
+             point: dict[str, object] | None = None, progress: Progress | None = None,
+             default_policy: str = DEFAULT_POLICY) -> RunResult:
+    """Run system ``name`` on ``workload``; the result holds every action's record."""
+    chosen = system(name, default_policy)
+    result = RunResult(name, workload.name, dict(point or {}))
+    began = time.perf_counter()
+    Engine(workload, backends(workload, chosen, cluster, costs, seed), progress).run(result)
+    result.wall_s = time.perf_counter() - began
+    return result

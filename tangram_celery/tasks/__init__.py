@@ -1,0 +1,6 @@
+"""The Celery edge that clients and workers share: the app factory and tangram's tasks, the
+worker's consumer, exactly-once results and dead letters (the ledger), and the ACT log that
+every task execution appends to.
+
+May import the ground floor only (``settings``, ``errors``, ``keys``, ``action``).
+"""

@@ -11,14 +11,11 @@ from pathlib import Path
 import pytest
 import redis
 
+from tangram_celery.pools.launch import spawn_cpu_worker, wait_for_nodes
 from tangram_celery.pools.registry import Registry
+from tangram_celery.processes import stop_process
 from tangram_celery.settings import Settings
-from tangram_celery.stack.services import (
-    embedded_redis,
-    spawn_cpu_worker,
-    stop_process,
-    wait_for_nodes,
-)
+from tangram_celery.stack.broker import embedded_redis
 
 
 @pytest.fixture(scope="session")

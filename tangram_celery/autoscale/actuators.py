@@ -52,8 +52,9 @@ from docker import errors as docker_errors
 
 from tangram_celery import keys
 from tangram_celery.autoscale.policy import Budget, PoolLimits, PoolLoad, ScalingConfig, decide
+from tangram_celery.pools.launch import spawn_cpu_worker
 from tangram_celery.pools.registry import Registry
-from tangram_celery.stack.services import spawn_cpu_worker, stop_process
+from tangram_celery.processes import stop_process
 
 if TYPE_CHECKING:
     from tangram_celery.autoscale.controller import Work

@@ -63,8 +63,9 @@ from tangram_celery.pools.api_pool import (
     wait_for_worker,
     worker_name,
 )
+from tangram_celery.processes import stop_process
 from tangram_celery.settings import Settings
-from tangram_celery.stack.services import ensure_redis, stop_process
+from tangram_celery.stack.broker import ensure_redis
 from tangram_celery.tasks.app import make_app
 
 API = "bench-search"

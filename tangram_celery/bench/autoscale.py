@@ -41,14 +41,11 @@ from tangram_celery.autoscale.controller import (
 from tangram_celery.autoscale.policy import ScalingConfig
 from tangram_celery.bench.emulation import emulated_exec
 from tangram_celery.client import TangramClient
+from tangram_celery.pools.launch import spawn_cpu_worker, wait_for_nodes
 from tangram_celery.pools.registry import Registry
+from tangram_celery.processes import stop_process
 from tangram_celery.settings import Settings
-from tangram_celery.stack.services import (
-    embedded_redis,
-    spawn_cpu_worker,
-    stop_process,
-    wait_for_nodes,
-)
+from tangram_celery.stack.broker import embedded_redis
 
 
 @dataclass(frozen=True)

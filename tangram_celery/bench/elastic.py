@@ -39,8 +39,8 @@ from tangram_celery.client import TangramClient
 from tangram_celery.pools.registry import Registry
 from tangram_celery.settings import Settings
 from tangram_celery.sim.record import ActionRecord, RunResult
+from tangram_celery.stack.broker import embedded_redis
 from tangram_celery.stack.demo import DemoConfig, local_cluster
-from tangram_celery.stack.services import embedded_redis
 from tangram_celery.workloads import CodingParams, Workload, coding
 from tangram_celery.workloads.model import ActionSpec
 

@@ -36,15 +36,12 @@ from tangram_celery.action import Action, ActionResult
 from tangram_celery.bench.reward import percentile
 from tangram_celery.client import TangramClient
 from tangram_celery.pools.gpu_pool import reward_action, worker_name
+from tangram_celery.pools.launch import spawn_gpu_worker, wait_for_worker
+from tangram_celery.processes import stop_process
 from tangram_celery.reward.executor import default_repository
 from tangram_celery.reward.server import TritonServer
 from tangram_celery.settings import Settings
-from tangram_celery.stack.services import (
-    ensure_redis,
-    spawn_gpu_worker,
-    stop_process,
-    wait_for_worker,
-)
+from tangram_celery.stack.broker import ensure_redis
 
 PAIRS = [("The answer is \\boxed{\\frac{1}{2}}", "0.5"), ("#### 72", "72"), ("41", "42")]
 ELASTIC_COST = {"set": [1, 2, 4, 8]}

@@ -62,18 +62,15 @@ from tangram_celery.bench.teachers.model import execute_seconds, restore_seconds
 from tangram_celery.bench.teachers.repository import TeacherPhysics, write_repository
 from tangram_celery.client import TangramClient
 from tangram_celery.pools.gpu_pool import DEFAULT_NODE_SIZE, reward_action, worker_name
+from tangram_celery.pools.launch import spawn_gpu_worker, wait_for_worker
+from tangram_celery.processes import stop_process
 from tangram_celery.reward.server import TritonServer
 from tangram_celery.settings import Settings
 from tangram_celery.sim.cluster import Cluster
 from tangram_celery.sim.costs import Costs
 from tangram_celery.sim.record import ActionRecord, Allocation, RunResult
 from tangram_celery.sim.services import replica_chunks
-from tangram_celery.stack.services import (
-    embedded_redis,
-    spawn_gpu_worker,
-    stop_process,
-    wait_for_worker,
-)
+from tangram_celery.stack.broker import embedded_redis
 from tangram_celery.tasks.app import make_app
 from tangram_celery.workloads import MopdParams, Workload, mopd
 from tangram_celery.workloads.model import ActionSpec, GpuService, Trajectory

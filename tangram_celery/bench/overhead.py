@@ -28,9 +28,9 @@ from celery import Celery
 from tangram_celery.action import ActionResult
 from tangram_celery.client import TangramClient, command_action
 from tangram_celery.client.waiter import ResultWaiter
+from tangram_celery.processes import stop_process
 from tangram_celery.settings import Settings
 from tangram_celery.stack.demo import DemoConfig, local_cluster
-from tangram_celery.stack.services import stop_process
 from tangram_celery.tasks.app import celery_config
 
 NOOP_QUEUE = "bench.noop"

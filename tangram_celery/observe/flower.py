@@ -31,8 +31,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tangram_celery.errors import ConfigError, ServiceError, TangramError
+from tangram_celery.processes import free_port, stop_process
 from tangram_celery.settings import Settings
-from tangram_celery.stack.services import free_port, stop_process
 from tangram_celery.tasks.app import make_app
 
 DEFAULT_FLOWER_ADDRESS = "127.0.0.1"

@@ -33,7 +33,6 @@ import importlib.util
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -47,6 +46,7 @@ from pathlib import Path
 from types import TracebackType
 
 from tangram_celery.errors import ServiceError
+from tangram_celery.processes import free_port
 
 INSTALL_HINT = "pip install nvidia-pytriton==0.7.0 (it ships the tritonserver binary)"
 LOG_TAIL_CHARS = 3000
@@ -126,13 +126,6 @@ def server_env(
 def python_library_dir() -> Path:
     """The directory holding this interpreter's ``libpython`` (its ``LIBDIR``)."""
     return Path(str(sysconfig.get_config_var("LIBDIR")))
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago on ``host``."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass(frozen=True)

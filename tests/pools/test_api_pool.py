@@ -31,8 +31,8 @@ from tangram_celery.pools.api_pool import (
     wait_for_worker,
     worker_name,
 )
+from tangram_celery.processes import stop_process
 from tangram_celery.settings import Settings
-from tangram_celery.stack.services import stop_process
 from tangram_celery.tasks.app import make_app
 
 SPECS = parse_api_limits("search=url:http://search.test/v1,concurrency:2;"

@@ -28,10 +28,11 @@ from tangram_celery.pools.gpu_pool import (
     reward_action,
     worker_name,
 )
+from tangram_celery.pools.launch import spawn_gpu_worker, wait_for_worker
+from tangram_celery.processes import stop_process
 from tangram_celery.reward.executor import RewardOutcome
 from tangram_celery.reward.server import ServerPorts, TritonServer
 from tangram_celery.settings import Settings
-from tangram_celery.stack.services import spawn_gpu_worker, stop_process, wait_for_worker
 from tangram_celery.tasks.app import make_app
 
 REPOSITORY = Path(__file__).resolve().parents[2] / "triton_models"

@@ -34,12 +34,13 @@ from tangram_celery.pools.gpu_pool import (
     steer_grants,
     worker_name,
 )
+from tangram_celery.pools.launch import spawn_gpu_worker, wait_for_worker
 from tangram_celery.pools.placement import elastic_policy, gpu_pool_factory
+from tangram_celery.processes import free_port, stop_process
 from tangram_celery.reward.executor import RewardOutcome
-from tangram_celery.reward.server import TritonServer, free_port
+from tangram_celery.reward.server import TritonServer
 from tangram_celery.reward.triton import ModelSpec, load_repository
 from tangram_celery.settings import Settings
-from tangram_celery.stack.services import spawn_gpu_worker, stop_process, wait_for_worker
 from tangram_celery.tasks.app import make_app
 
 REPOSITORY = Path(__file__).resolve().parents[2] / "triton_models"

@@ -11,8 +11,9 @@ import pytest
 
 from tangram_celery.errors import ServiceError, ValidationError
 from tangram_celery.managers.gpu import Chunk, GpuManager, service_name
+from tangram_celery.processes import free_port
 from tangram_celery.reward.executor import RewardExecutor, RewardOutcome
-from tangram_celery.reward.server import TritonServer, free_port
+from tangram_celery.reward.server import TritonServer
 from tangram_celery.reward.triton import TritonClient
 
 PAIR = {"response": "The answer is \\boxed{7}", "reference": "7"}

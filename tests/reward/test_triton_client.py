@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tangram_celery.errors import ServiceError, ValidationError
-from tangram_celery.reward.server import free_port
+from tangram_celery.processes import free_port
 from tangram_celery.reward.triton import ModelSpec, TritonClient, load_repository
 
 

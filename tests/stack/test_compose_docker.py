@@ -26,11 +26,12 @@ import redis
 from stack_batch import check_batch_results, flower_tasks, mixed_batch
 
 from tangram_celery.client import TangramClient
+from tangram_celery.pools.launch import wait_for_nodes
 from tangram_celery.pools.registry import Registry
+from tangram_celery.processes import free_port
 from tangram_celery.sandbox.image import ensure_image
 from tangram_celery.settings import Settings
 from tangram_celery.stack.images import ensure_stack_image
-from tangram_celery.stack.services import free_port, wait_for_nodes
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "compose" / "docker-compose.yml"

@@ -31,7 +31,9 @@ from stack_batch import check_batch_results, flower_tasks, mixed_batch
 from tangram_celery.cli import build_parser
 from tangram_celery.client import TangramClient
 from tangram_celery.errors import ConfigError
+from tangram_celery.pools.launch import wait_for_nodes
 from tangram_celery.pools.registry import Registry
+from tangram_celery.processes import free_port
 from tangram_celery.settings import Settings
 from tangram_celery.stack.compose import (
     DEFAULT_COMPOSE_FILE,
@@ -46,7 +48,6 @@ from tangram_celery.stack.compose import (
     rewrite,
     selected_services,
 )
-from tangram_celery.stack.services import free_port, wait_for_nodes
 from tangram_celery.stack.up import is_ours, replicate, stack_variables
 
 ROOT = Path(__file__).resolve().parents[2]

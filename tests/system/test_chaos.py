@@ -18,15 +18,11 @@ from tangram_celery import keys
 from tangram_celery.client import ActionHandle, TangramClient, command_action
 from tangram_celery.client.recovery import broker_action_ids
 from tangram_celery.errors import ActionTimeout
+from tangram_celery.pools.launch import spawn_cpu_worker, wait_for_nodes
 from tangram_celery.pools.registry import Registry
+from tangram_celery.processes import stop_process
 from tangram_celery.settings import Settings
-from tangram_celery.stack.services import (
-    RedisServer,
-    embedded_redis,
-    spawn_cpu_worker,
-    stop_process,
-    wait_for_nodes,
-)
+from tangram_celery.stack.broker import RedisServer, embedded_redis
 
 pytestmark = pytest.mark.slow
 

@@ -24,16 +24,11 @@ from tangram_celery import keys
 from tangram_celery.client import TangramClient, command_action
 from tangram_celery.errors import BrokerAuthFailed
 from tangram_celery.observe.flower import FlowerHandle, flower_process
+from tangram_celery.pools.launch import spawn_cpu_worker, wait_for_nodes
 from tangram_celery.pools.registry import Registry
+from tangram_celery.processes import free_port, stop_process
 from tangram_celery.settings import Settings
-from tangram_celery.stack.services import (
-    embedded_redis,
-    free_port,
-    redis_server_binary,
-    spawn_cpu_worker,
-    stop_process,
-    wait_for_nodes,
-)
+from tangram_celery.stack.broker import embedded_redis, redis_server_binary
 from tangram_celery.tasks.ledger import Ledger
 
 pytestmark = pytest.mark.slow

@@ -28,6 +28,10 @@ def cpu_node_of_queue(queue: str) -> str | None:
     return queue[len(prefix):] if queue.startswith(prefix) and len(queue) > len(prefix) else None
 
 
+DEFAULT_GPU_POOL = "default"
+"""The GPU pool of a reward action whose payload names none."""
+
+
 def gpu_queue(pool: str) -> str:
     """The FCFS queue of one GPU reward pool."""
     return f"{PREFIX}.gpu.{pool}"

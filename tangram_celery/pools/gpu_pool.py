@@ -70,6 +70,7 @@ import redis
 from tangram_celery import keys
 from tangram_celery.action import Action, ActionResult, Timings, parse_action
 from tangram_celery.errors import ConfigError, TangramError, TritonUnavailable, ValidationError
+from tangram_celery.keys import DEFAULT_GPU_POOL
 from tangram_celery.managers.gpu import Chunk
 from tangram_celery.pools.admission import Admission, Grant, Policy, PoolState, Request
 from tangram_celery.pools.node import action_limits, request_for, signature_of
@@ -79,7 +80,6 @@ from tangram_celery.pools.placement import (
     gpu_pool_factory,
     replica_policy,
 )
-from tangram_celery.pools.routing import DEFAULT_GPU_POOL
 from tangram_celery.pools.serving import Heartbeat, admission_window, rejected_result, serve
 from tangram_celery.scheduling import DurationModel, GpuPool, SchedulerConfig
 from tangram_celery.scheduling.replicas import ReplicaConfig

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from tangram_celery import keys
 from tangram_celery.action import Action
 from tangram_celery.errors import NoCapacityError, RoutingError
-
-DEFAULT_GPU_POOL = "default"
+from tangram_celery.keys import DEFAULT_GPU_POOL
 
 
 @dataclass(frozen=True)

@@ -49,12 +49,12 @@ from tangram_celery import keys
 from tangram_celery.action import Action, ActionResult
 from tangram_celery.client import TangramClient, code_action, test_run_action
 from tangram_celery.errors import ServiceError
+from tangram_celery.keys import DEFAULT_GPU_POOL
 from tangram_celery.observe.report import act_table, summarize
 from tangram_celery.pools.gpu_pool import reward_action
 from tangram_celery.pools.inventory import gpu_pool_view
 from tangram_celery.pools.launch import spawn_cpu_worker, wait_for_nodes
 from tangram_celery.pools.registry import Registry
-from tangram_celery.pools.routing import DEFAULT_GPU_POOL
 from tangram_celery.processes import stop_process
 from tangram_celery.settings import Settings
 from tangram_celery.stack.broker import ensure_redis, redis_answers

@@ -1,10 +1,7 @@
-"""The action model: what a training script submits, its validation, and the result with its ACT.
+"""Validation of an action: :func:`parse_action`, the one gate every message passes.
 
-An *action* is one atomic use of external resources between two LLM generations of a trajectory.
-Its **cost vector** has one entry per resource type: a fixed amount, a range ``[min, max]`` or a
-discrete set of allowed amounts. An optional **elasticity** ``E(m)`` says how the duration with
-``m`` units of the key resource shrinks: ``T(m) = T1 / (E(m) * m)``. Everything here is plain
-data that round-trips through JSON; :func:`parse_action` is the one gate every message passes.
+Every kind of bad input raises :class:`~tangram_celery.errors.ValidationError` (or
+:class:`~tangram_celery.errors.SerializationError` for what is not JSON) naming the field.
 """
 
 from __future__ import annotations
@@ -14,173 +11,21 @@ import math
 import re
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
+from tangram_celery.action.model import (
+    ID_PATTERN,
+    KIND_POOL,
+    MAX_PAYLOAD_DEPTH,
+    MAX_UNITS,
+    UNIT_RESOURCES,
+    Action,
+    ActionLimits,
+    Amount,
+    Elasticity,
+    num,
+)
 from tangram_celery.errors import SerializationError, ValidationError
-
-ID_PATTERN = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-API_PATTERN = re.compile(r"^[a-z0-9_-]{1,64}$")
-KIND_POOL = {"exec": "cpu", "test_run": "cpu", "reward": "gpu", "api": "api"}
-UNIT_RESOURCES = ("cpu", "gpu")
-QUANTITY_RESOURCES = ("memory_mb", "gpu_memory_mb")
-BASE_RESOURCES = UNIT_RESOURCES + QUANTITY_RESOURCES
-MAX_UNITS = 4096
-MAX_PAYLOAD_DEPTH = 64
-
-
-@dataclass(frozen=True)
-class ActionLimits:
-    """The bounds validation enforces; built from :class:`~tangram_celery.settings.Settings`."""
-
-    max_payload_bytes: int = 262144
-    max_timeout_s: float = 900.0
-    apis: frozenset[str] = frozenset()
-    extra_resources: frozenset[str] = frozenset()
-
-    def known_resources(self) -> frozenset[str]:
-        """Resource names an action may ask for."""
-        return (
-            frozenset(BASE_RESOURCES)
-            | frozenset(f"api:{a}" for a in self.apis)
-            | self.extra_resources
-        )
-
-
-@dataclass(frozen=True)
-class Amount:
-    """One cost-vector entry: a fixed amount, a range, or a discrete set of allowed amounts."""
-
-    min: float
-    max: float
-    choices: tuple[float, ...] | None = None
-
-    @property
-    def elastic(self) -> bool:
-        """True when more than one amount is allowed."""
-        return self.max > self.min
-
-    def allowed_units(self) -> tuple[int, ...]:
-        """Every allowed whole-unit amount, ascending (for cpu and gpu)."""
-        if self.choices is not None:
-            return tuple(int(c) for c in self.choices)
-        return tuple(range(int(self.min), int(self.max) + 1))
-
-    def to_json(self) -> Any:
-        """The compact JSON form :func:`parse_amount` reads back."""
-        if self.choices is not None:
-            return {"set": [_num(c) for c in self.choices]}
-        if self.elastic:
-            return [_num(self.min), _num(self.max)]
-        return _num(self.min)
-
-
-@dataclass(frozen=True)
-class Elasticity:
-    """``E(m)``: the efficiency of ``m`` units of the key resource (``0 < E(m) <= 1``).
-
-    ``model`` is ``"linear"`` (E = 1), ``"amdahl"`` (parallel fraction ``p``) or ``"table"``
-    (explicit values; missing ``m`` are interpolated from the nearest lower entry).
-    """
-
-    model: str
-    parallel_fraction: float = 1.0
-    table: tuple[tuple[int, float], ...] = ()
-
-    def efficiency(self, m: int) -> float:
-        """E(m) for ``m >= 1`` units."""
-        if m <= 1 or self.model == "linear":
-            return 1.0
-        if self.model == "amdahl":
-            speedup = 1.0 / ((1.0 - self.parallel_fraction) + self.parallel_fraction / m)
-            return speedup / m
-        best = 1.0
-        for units, value in self.table:
-            if units <= m:
-                best = value * units / m if units < m else value
-        return best
-
-    def duration(self, t1: float, m: int) -> float:
-        """Expected duration with ``m`` units: ``T1 / (E(m) * m)``."""
-        return t1 / (self.efficiency(m) * max(m, 1))
-
-    def to_json(self) -> Any:
-        """The JSON form :func:`parse_elasticity` reads back."""
-        if self.model == "linear":
-            return "linear"
-        if self.model == "amdahl":
-            return {"amdahl": self.parallel_fraction}
-        return {"table": {str(m): e for m, e in self.table}}
-
-
-@dataclass(frozen=True)
-class Action:
-    """One validated action. Build it with :func:`parse_action` or the helpers in ``client``."""
-
-    id: str
-    trajectory_id: str
-    kind: str
-    payload: Mapping[str, Any]
-    cost: Mapping[str, Amount]
-    elasticity: Elasticity | None = None
-    t1: float | None = None
-    timeout_s: float | None = None
-    signature: str = ""
-    submitted_at: float | None = None
-    trajectory_memory_mb: float | None = None
-
-    @property
-    def pool(self) -> str:
-        """The pool type that runs it: ``cpu``, ``gpu`` or ``api``."""
-        return KIND_POOL[self.kind]
-
-    @property
-    def key_resource(self) -> str:
-        """The unit resource whose count the scheduler chooses (cpu or gpu)."""
-        return "gpu" if self.pool == "gpu" else "cpu"
-
-    def units(self) -> Amount:
-        """The cost-vector entry of the key resource (1 unit when not given)."""
-        return self.cost.get(self.key_resource, Amount(1, 1))
-
-    def apis(self) -> tuple[str, ...]:
-        """The basic (quota-limited) resources the action needs."""
-        return tuple(sorted(r[4:] for r in self.cost if r.startswith("api:")))
-
-    def expected_duration(self, m: int) -> float | None:
-        """T(m) from T1 and the elasticity; None when T1 is unknown."""
-        if self.t1 is None:
-            return None
-        if self.elasticity is None:
-            return self.t1
-        return self.elasticity.duration(self.t1, m)
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON message body; :func:`parse_action` of it gives an equal action."""
-        body: dict[str, Any] = {
-            "id": self.id,
-            "trajectory_id": self.trajectory_id,
-            "kind": self.kind,
-            "payload": dict(self.payload),
-            "cost": {name: amount.to_json() for name, amount in self.cost.items()},
-        }
-        optional = {
-            "elasticity": None if self.elasticity is None else self.elasticity.to_json(),
-            "t1": self.t1,
-            "timeout_s": self.timeout_s,
-            "signature": self.signature or None,
-            "submitted_at": self.submitted_at,
-            "trajectory_memory_mb": self.trajectory_memory_mb,
-        }
-        body.update({k: v for k, v in optional.items() if v is not None})
-        return body
-
-    def summary(self) -> str:
-        """A short one-line description, bounded in size whatever the payload."""
-        units = self.units()
-        span = f"{_num(units.min)}" if not units.elastic else f"{_num(units.min)}-{_num(units.max)}"
-        return f"traj={self.trajectory_id[:40]} kind={self.kind} {self.key_resource}={span}"
-
 
 _ACTION_FIELDS = frozenset(
     {
@@ -246,7 +91,7 @@ def parse_amount(name: str, raw: Any, *, integral: bool) -> Amount:
         low = _amount_value(where + ".min", raw[0], integral)
         high = _amount_value(where + ".max", raw[1], integral)
         if low > high:
-            raise ValidationError(where, f"min {_num(low)} > max {_num(high)}")
+            raise ValidationError(where, f"min {num(low)} > max {num(high)}")
         return Amount(low, high)
     if isinstance(raw, Mapping):
         raise ValidationError(where, "expected a number, [min, max], {min, max} or {set: [...]}")
@@ -424,9 +269,9 @@ def _amount_value(where: str, raw: Any, integral: bool) -> float:
         raise ValidationError(where, f"expected a number, got {type(raw).__name__}")
     value = float(raw)
     if value < 0:
-        raise ValidationError(where, f"negative amount {_num(value)}")
+        raise ValidationError(where, f"negative amount {num(value)}")
     if integral and value != int(value):
-        raise ValidationError(where, f"{_num(value)} is not a whole number of units")
+        raise ValidationError(where, f"{num(value)} is not a whole number of units")
     return value
 
 
@@ -451,96 +296,3 @@ def _loads(raw: str | bytes) -> Any:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise SerializationError("action", f"not valid JSON: {exc}") from None
-
-
-def _num(value: float) -> int | float:
-    return int(value) if float(value).is_integer() else value
-
-
-@dataclass
-class Timings:
-    """Wall-clock stamps (``time.time()``) of one action's path, set by client and worker."""
-
-    submitted: float = 0.0
-    published: float = 0.0
-    received: float = 0.0
-    admitted: float = 0.0
-    exec_started: float = 0.0
-    exec_finished: float = 0.0
-    stored: float = 0.0
-    completed: float = 0.0
-    exec_s: float = 0.0
-    setup_s: float = 0.0
-    sched_s: float = 0.0
-    """Wall seconds of the scheduling decision that admitted the action (part of its queue)."""
-
-
-@dataclass
-class ActionResult:
-    """What a training script gets back: the outcome, where it ran, and its ACT split.
-
-    ``act`` has ``queue`` (from the hand-off to the broker, stamped just before the publish,
-    to admission with units), ``exec`` (the command
-    itself), ``overhead`` (everything else: validation, routing, publish, sandbox setup, result
-    store and fetch) and ``total``; the three parts add up to ``total`` by construction and each
-    is measured from the stamps in ``timings``.
-    """
-
-    action_id: str
-    trajectory_id: str
-    kind: str
-    status: str
-    output: dict[str, Any] = field(default_factory=dict)
-    node: str = ""
-    units: tuple[int, ...] = ()
-    timings: Timings = field(default_factory=Timings)
-    error: str = ""
-    attempts: int = 1
-
-    @property
-    def ok(self) -> bool:
-        """True when the action ran and its command exited 0."""
-        return self.status == "ok"
-
-    @property
-    def act(self) -> dict[str, float]:
-        """ACT parts in seconds: queue, exec, overhead and total."""
-        t = self.timings
-        end = t.completed or t.stored
-        total = max(end - t.submitted, 0.0)
-        queue = max(t.admitted - t.published, 0.0) if t.admitted else 0.0
-        execution = t.exec_s
-        overhead = max(total - queue - execution, 0.0)
-        return {"queue": queue, "exec": execution, "overhead": overhead, "total": total}
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON form stored in the result backend."""
-        return {
-            "action_id": self.action_id,
-            "trajectory_id": self.trajectory_id,
-            "kind": self.kind,
-            "status": self.status,
-            "output": self.output,
-            "node": self.node,
-            "units": list(self.units),
-            "timings": vars(self.timings).copy(),
-            "error": self.error,
-            "attempts": self.attempts,
-            "act": self.act,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ActionResult:
-        """Rebuild a result from its JSON form."""
-        return cls(
-            action_id=str(data["action_id"]),
-            trajectory_id=str(data["trajectory_id"]),
-            kind=str(data["kind"]),
-            status=str(data["status"]),
-            output=dict(data.get("output", {})),
-            node=str(data.get("node", "")),
-            units=tuple(int(u) for u in data.get("units", ())),
-            timings=Timings(**{k: float(v) for k, v in data.get("timings", {}).items()}),
-            error=str(data.get("error", "")),
-            attempts=int(data.get("attempts", 1)),
-        )

@@ -41,15 +41,12 @@ from tangram_celery.errors import ConfigError, ServiceError
 from tangram_celery.processes import free_port, stop_process
 from tangram_celery.stack.compose import (
     DEFAULT_COMPOSE_FILE,
-    LOCAL_HOST,
     ComposeFile,
-    LocalService,
-    host_ports,
     load_compose,
-    localize,
     read_env_file,
     selected_services,
 )
+from tangram_celery.stack.local_service import LOCAL_HOST, LocalService, host_ports, localize
 
 DEFAULT_STATE_DIR = Path.home() / ".local" / "state" / "tangram" / "up"
 STATE_FILE = "stack.json"

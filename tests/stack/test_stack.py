@@ -38,16 +38,13 @@ from tangram_celery.settings import Settings
 from tangram_celery.stack.compose import (
     DEFAULT_COMPOSE_FILE,
     Healthcheck,
-    LocalService,
-    host_ports,
     interpolate,
     load_compose,
-    localize,
     parse_duration,
     read_env_file,
-    rewrite,
     selected_services,
 )
+from tangram_celery.stack.local_service import LocalService, host_ports, localize, rewrite
 from tangram_celery.stack.up import is_ours, replicate, stack_variables
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -58,13 +58,9 @@ from tangram_celery.pools.registry import Registry
 from tangram_celery.processes import stop_process
 from tangram_celery.settings import Settings
 from tangram_celery.stack.broker import ensure_redis, redis_answers
-from tangram_celery.stack.up import (
-    CLIENT_SETTINGS,
-    UpOptions,
-    client_settings,
-    local_stack,
-    watching,
-)
+from tangram_celery.stack.plan import CLIENT_SETTINGS, UpOptions, client_settings
+from tangram_celery.stack.supervisor import watching
+from tangram_celery.stack.up import local_stack
 
 SOLUTION = '''\
 def add(a, b):

@@ -27,7 +27,7 @@ from test_stack import wait_leftovers_gone
 from tangram_celery.settings import Settings
 from tangram_celery.stack.compose import DEFAULT_COMPOSE_FILE, load_compose
 from tangram_celery.stack.demo import DemoConfig, stack_environment, stack_options
-from tangram_celery.stack.up import plan
+from tangram_celery.stack.plan import plan
 
 ACT_ROW = r"^{kind}\s+(\d+)\s+(\d+)\s"
 

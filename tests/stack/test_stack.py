@@ -45,7 +45,7 @@ from tangram_celery.stack.compose import (
     selected_services,
 )
 from tangram_celery.stack.local_service import LocalService, host_ports, localize, rewrite
-from tangram_celery.stack.up import is_ours, replicate, stack_variables
+from tangram_celery.stack.plan import is_ours, replicate, stack_variables
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_DIR = ROOT / "compose"

@@ -55,8 +55,9 @@ from pathlib import Path
 from typing import Any
 
 from tangram_celery.reward.executor import default_repository
+from tangram_celery.reward.repository import ModelSpec, load_repository
 from tangram_celery.reward.server import TritonServer
-from tangram_celery.reward.triton import ModelSpec, Protocol, TritonClient, load_repository
+from tangram_celery.reward.triton import Protocol, TritonClient
 
 CPU_ONE = [{"kind": "KIND_CPU", "count": 1}]
 DEFAULT_CONCURRENCY = (1, 8, 32, 64)

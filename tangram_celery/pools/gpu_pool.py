@@ -90,7 +90,7 @@ from tangram_celery.settings import Settings
 
 if TYPE_CHECKING:
     from tangram_celery.reward.executor import RewardOutcome
-    from tangram_celery.reward.triton import ModelSpec
+    from tangram_celery.reward.repository import ModelSpec
 
 log = logging.getLogger(__name__)
 

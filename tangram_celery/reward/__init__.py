@@ -2,8 +2,9 @@
 
 * :mod:`tangram_celery.reward.server` launches the ``tritonserver`` binary of ``nvidia-pytriton``
   on the model repository (``triton_models/``).
-* :mod:`tangram_celery.reward.triton` wraps ``tritonclient`` (one client per thread) and reads the
-  repository's ``config.pbtxt`` files, the single source of tensor names and dtypes.
+* :mod:`tangram_celery.reward.repository` reads the repository's ``config.pbtxt`` files, the
+  single source of tensor names and dtypes.
+* :mod:`tangram_celery.reward.triton` wraps ``tritonclient`` (one client per thread).
 * :mod:`tangram_celery.reward.executor` runs one reward action on a GPU chunk through the
   evict-on-execution GPU manager (:mod:`tangram_celery.managers.gpu`).
 

@@ -1,6 +1,6 @@
 """Run one reward action on a GPU chunk: the GPU pool worker's entry point to Triton.
 
-:class:`RewardExecutor` joins the model repository (:func:`~tangram_celery.reward.triton.
+:class:`RewardExecutor` joins the model repository (:func:`~tangram_celery.reward.repository.
 load_repository`), the evict-on-execution GPU manager (:class:`~tangram_celery.managers.gpu.
 GpuManager`) and a thread-safe Triton client. ``run(model, inputs, gpus)`` validates the inputs
 against the model's ``config.pbtxt``, holds the chunk, makes the service resident there (unloading
@@ -28,7 +28,8 @@ from tangram_celery.managers.gpu import (
     instance_group,
     placement_parameters,
 )
-from tangram_celery.reward.triton import ModelSpec, Protocol, TritonClient, load_repository
+from tangram_celery.reward.repository import ModelSpec, load_repository
+from tangram_celery.reward.triton import Protocol, TritonClient
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from tangram_celery.bench.teachers.model import (
     restore_seconds,
 )
 from tangram_celery.bench.teachers.repository import TeacherPhysics, memory_mb, write_repository
-from tangram_celery.reward.triton import load_repository
+from tangram_celery.reward.repository import load_repository
 from tangram_celery.settings import Settings
 from tangram_celery.sim.invariants import incomplete, over_allocated, parts_mismatch
 from tangram_celery.sim.record import RunResult

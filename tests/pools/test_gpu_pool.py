@@ -38,8 +38,8 @@ from tangram_celery.pools.launch import spawn_gpu_worker, wait_for_worker
 from tangram_celery.pools.placement import elastic_policy, gpu_pool_factory
 from tangram_celery.processes import free_port, stop_process
 from tangram_celery.reward.executor import RewardOutcome
+from tangram_celery.reward.repository import ModelSpec, load_repository
 from tangram_celery.reward.server import TritonServer
-from tangram_celery.reward.triton import ModelSpec, load_repository
 from tangram_celery.settings import Settings
 from tangram_celery.tasks.app import make_app
 

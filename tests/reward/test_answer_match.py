@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from tangram_celery.errors import ValidationError
-from tangram_celery.reward.triton import ModelSpec, TritonClient, load_repository
+from tangram_celery.reward.repository import ModelSpec, load_repository
+from tangram_celery.reward.triton import TritonClient
 
 TRUTH_TABLE = [
     # (response, reference, reward)

@@ -12,8 +12,9 @@ import pytest
 
 from tangram_celery.bench import reward as bench
 from tangram_celery.errors import ValidationError
+from tangram_celery.reward.repository import ModelSpec, load_repository
 from tangram_celery.reward.server import TritonServer
-from tangram_celery.reward.triton import ModelSpec, TritonClient, load_repository
+from tangram_celery.reward.triton import TritonClient
 
 
 def test_pools_are_fixed_varied_and_per_model() -> None:

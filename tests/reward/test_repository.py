@@ -9,7 +9,7 @@ import pytest
 
 from tangram_celery.errors import ServiceError, ValidationError
 from tangram_celery.managers.gpu import instance_group
-from tangram_celery.reward.triton import ModelSpec, load_repository, read_config
+from tangram_celery.reward.repository import ModelSpec, load_repository, read_config
 
 
 @pytest.fixture(scope="module")

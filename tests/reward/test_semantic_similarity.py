@@ -13,8 +13,9 @@ import pytest
 
 from tangram_celery.errors import ServiceError, ValidationError
 from tangram_celery.reward.executor import RewardExecutor
+from tangram_celery.reward.repository import load_repository
 from tangram_celery.reward.server import TritonServer
-from tangram_celery.reward.triton import TritonClient, load_repository
+from tangram_celery.reward.triton import TritonClient
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,8 @@ import pytest
 
 from tangram_celery.errors import ServiceError, ValidationError
 from tangram_celery.processes import free_port
-from tangram_celery.reward.triton import ModelSpec, TritonClient, load_repository
+from tangram_celery.reward.repository import ModelSpec, load_repository
+from tangram_celery.reward.triton import TritonClient
 
 
 @pytest.fixture(scope="module")

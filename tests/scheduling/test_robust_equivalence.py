@@ -3,7 +3,7 @@
 The fast path caches each job's plan view and queue entry on the job (`Job.memo`), keeps the
 plan's timeline sorted as it grows (`backfill.Horizon`), builds the allocator's queue straight
 from the plan (`robust._queue`) and reads the DP's rows from the jobs' cached tick costs
-(`ersa._count_solver`). The plain version below does none of that: it is the robust policy as
+(`ersa.rows._count_solver`). The plain version below does none of that: it is the robust policy as
 first written (a view built per job and call, the timeline rebuilt at every look, the queue
 reordered, bands, `settle` with its own queue building, DP rows converted per call). Every
 decision must be the same, including on calls that find the caches filled by earlier calls
@@ -39,7 +39,6 @@ from tangram_celery.scheduling import (
     Snapshot,
     decide,
     decide_robust,
-    ersa,
     settle,
 )
 from tangram_celery.scheduling.backfill import (
@@ -54,6 +53,7 @@ from tangram_celery.scheduling.backfill import (
     plan,
 )
 from tangram_celery.scheduling.demand import NO_DEMAND, job_class
+from tangram_celery.scheduling.ersa import rows
 from tangram_celery.scheduling.robust import (
     _bands,
     _cores,
@@ -189,14 +189,14 @@ def plain_robust(snapshot: Snapshot, outlook: Outlook, config: RobustConfig) -> 
 
 @contextmanager
 def rows_converted_per_call() -> Iterator[None]:
-    """The DP's rows converted from each entry's options (`ersa._arrays`), not read from the
+    """The DP's rows converted from each entry's options (`ersa.rows._arrays`), not read from the
     jobs' cached tick costs."""
-    fast = ersa._count_solver
-    ersa._count_solver = lambda *args: None  # type: ignore[assignment]
+    fast = rows._count_solver
+    rows._count_solver = lambda *args: None  # type: ignore[assignment]
     try:
         yield
     finally:
-        ersa._count_solver = fast
+        rows._count_solver = fast
 
 
 def outcome(call: object, *args: object) -> object:

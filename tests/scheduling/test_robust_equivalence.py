@@ -48,10 +48,10 @@ from tangram_celery.scheduling.backfill import (
     Plan,
     Shadow,
     Waiting,
-    _reserve_for,
-    _timeline,
     plan,
 )
+from tangram_celery.scheduling.backfill.admission import _reserve_for
+from tangram_celery.scheduling.backfill.horizon import _timeline
 from tangram_celery.scheduling.demand import NO_DEMAND, job_class
 from tangram_celery.scheduling.ersa import rows
 from tangram_celery.scheduling.robust import (

@@ -2,9 +2,9 @@
 
 The fast path caches each job's plan view and queue entry on the job (`Job.memo`), keeps the
 plan's timeline sorted as it grows (`backfill.Horizon`), builds the allocator's queue straight
-from the plan (`robust._queue`) and reads the DP's rows from the jobs' cached tick costs
-(`ersa.rows._count_solver`). The plain version below does none of that: it is the robust policy as
-first written (a view built per job and call, the timeline rebuilt at every look, the queue
+from the plan (`robust.pool._queue`) and reads the DP's rows from the jobs' cached tick costs
+(`ersa.rows._count_solver`). The plain version below does none of that: it is the robust policy
+as first written (a view built per job and call, the timeline rebuilt at every look, the queue
 reordered, bands, `settle` with its own queue building, DP rows converted per call). Every
 decision must be the same, including on calls that find the caches filled by earlier calls
 with other settings.
@@ -54,13 +54,8 @@ from tangram_celery.scheduling.backfill.admission import _reserve_for
 from tangram_celery.scheduling.backfill.horizon import _timeline
 from tangram_celery.scheduling.demand import NO_DEMAND, job_class
 from tangram_celery.scheduling.ersa import rows
-from tangram_celery.scheduling.robust import (
-    _bands,
-    _cores,
-    _reordered,
-    elastic_cap,
-    reserve_units,
-)
+from tangram_celery.scheduling.robust import elastic_cap, reserve_units
+from tangram_celery.scheduling.robust.pool import _bands, _cores, _reordered
 
 NOW = 100.0
 _UNITS = itemgetter(0)

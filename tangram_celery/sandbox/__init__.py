@@ -24,8 +24,8 @@ from tangram_celery.sandbox.base import (
     ExecSpec,
     SandboxBackend,
     SandboxLimits,
-    rewrite_parallelism,
 )
+from tangram_celery.sandbox.parallelism import rewrite_parallelism
 
 BACKENDS = ("bwrap", "docker")
 # options of the embedded backend that mean nothing to the docker one (callers pass them to any)

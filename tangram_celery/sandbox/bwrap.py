@@ -43,26 +43,13 @@ from tangram_celery.errors import (
     SandboxSetupError,
     WorkdirQuotaError,
 )
-from tangram_celery.sandbox.base import (
-    MB,
-    CappedBuffer,
-    ExecOutcome,
-    ExecSpec,
-    ReadyMarker,
-    SandboxLimits,
-    Sink,
-    dir_usage,
-    is_stale_tag,
-    owner_tag,
-    pump,
-    sandbox_env,
-    validate_spec,
-    validate_trajectory_id,
-    workdir_name,
-    write_files,
-)
+from tangram_celery.sandbox.base import MB, ExecOutcome, ExecSpec, SandboxLimits
 from tangram_celery.sandbox.cgroup import ActionCgroup, CgroupLimits, CgroupV1, format_cpus
+from tangram_celery.sandbox.output import CappedBuffer, ReadyMarker, Sink, pump
+from tangram_celery.sandbox.owner import is_stale_tag, owner_tag
 from tangram_celery.sandbox.seccomp import build_filter
+from tangram_celery.sandbox.validation import sandbox_env, validate_spec, validate_trajectory_id
+from tangram_celery.sandbox.workdir import dir_usage, workdir_name, write_files
 
 INSIDE_UID = 1000
 INSIDE_WORKDIR = "/work"

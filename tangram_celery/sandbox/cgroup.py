@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tangram_celery.sandbox.base import is_stale_tag, owner_tag
+from tangram_celery.sandbox.owner import is_stale_tag, owner_tag
 
 CONTROLLERS = ("memory", "pids", "cpuset")
 BASE_PREFIX = "tangram-"

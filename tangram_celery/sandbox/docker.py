@@ -18,7 +18,7 @@ Each action, under the trajectory's lock:
    receiver that never follows symlinks), runs ``timeout -s KILL <t> /bin/sh -c COMMAND``, kills
    everything the command left, and reports exit status, OOM kills, elapsed time and work-dir
    usage in a trailer on stderr. ``TANGRAM_UNITS`` is set and ``pytest`` becomes
-   ``pytest -n <units>`` (:func:`~tangram_celery.sandbox.base.rewrite_parallelism`).
+   ``pytest -n <units>`` (:func:`~tangram_celery.sandbox.parallelism.rewrite_parallelism`).
 3. The client reads the exec's socket with a deadline of ``timeout_s`` plus a grace, so a stuck
    engine cannot hang the worker.
 
@@ -72,25 +72,14 @@ from tangram_celery.errors import (
     SandboxSpecError,
     WorkdirQuotaError,
 )
-from tangram_celery.sandbox.base import (
-    MB,
-    UNITS_ENV,
-    CappedBuffer,
-    ExecOutcome,
-    ExecSpec,
-    ReadyMarker,
-    SandboxLimits,
-    Sink,
-    SpecFile,
-    is_stale_tag,
-    owner_tag,
-    rewrite_parallelism,
-    sandbox_env,
-    validate_spec,
-)
+from tangram_celery.sandbox.base import MB, UNITS_ENV, ExecOutcome, ExecSpec, SandboxLimits
 from tangram_celery.sandbox.cgroup import format_cpus
 from tangram_celery.sandbox.image import DEFAULT_TAG, SANDBOX_UID
+from tangram_celery.sandbox.output import CappedBuffer, ReadyMarker, Sink
+from tangram_celery.sandbox.owner import is_stale_tag, owner_tag
+from tangram_celery.sandbox.parallelism import rewrite_parallelism
 from tangram_celery.sandbox.seccomp import _NAMES as EMBEDDED_DENY_LIST
+from tangram_celery.sandbox.validation import SpecFile, sandbox_env, validate_spec
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +146,7 @@ exit $rc
 
 # Writes the spec's files under /work from stdin (10-digit header length, JSON header of
 # [path parts, size], then the contents), never through a symlink, exactly like
-# :func:`tangram_celery.sandbox.base.write_files`. Reads no byte past the files.
+# :func:`tangram_celery.sandbox.workdir.write_files`. Reads no byte past the files.
 RECEIVER = r"""
 import json, os, stat
 F = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

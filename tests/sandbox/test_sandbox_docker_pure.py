@@ -16,7 +16,6 @@ import pytest
 
 from tangram_celery.errors import SandboxSetupError, SandboxSpecError, WorkdirQuotaError
 from tangram_celery.sandbox import ExecSpec, SandboxLimits
-from tangram_celery.sandbox.base import CappedBuffer, validate_files
 from tangram_celery.sandbox.docker import (
     IDLE_CPU_QUOTA_US,
     PIDS_OVERHEAD,
@@ -52,6 +51,8 @@ from tangram_celery.sandbox.image import (
     debootstrap_command,
     read_apt_sources,
 )
+from tangram_celery.sandbox.output import CappedBuffer
+from tangram_celery.sandbox.validation import validate_files
 
 POLICY = WarmPoolPolicy(min_size=1, max_size=8, window_s=60.0, headroom=2.0)
 

@@ -24,18 +24,11 @@ from tangram_celery.sandbox import (
     make_backend,
     rewrite_parallelism,
 )
-from tangram_celery.sandbox.base import (
-    CappedBuffer,
-    ReadyMarker,
-    dir_usage,
-    pump,
-    validate_files,
-    validate_spec,
-    workdir_name,
-    write_files,
-)
 from tangram_celery.sandbox.cgroup import own_group_dir, parse_mountinfo, parse_proc_cgroup
+from tangram_celery.sandbox.output import CappedBuffer, ReadyMarker, pump
 from tangram_celery.sandbox.seccomp import build_filter
+from tangram_celery.sandbox.validation import validate_files, validate_spec
+from tangram_celery.sandbox.workdir import dir_usage, workdir_name, write_files
 
 REWRITES = [
     ("pytest", 2, "pytest -n 2"),

@@ -1,0 +1,254 @@
+"""The embedded sandbox backend: its public face and its trajectories' life cycle.
+
+A trajectory gets a uid from the pool and a private work dir on its first action; both go when it
+ends. Each action runs through the :class:`~tangram_celery.sandbox.bwrap.action.ActionRunner`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+import threading
+import time
+from pathlib import Path
+
+from tangram_celery.errors import SandboxError, SandboxSetupError, WorkdirQuotaError
+from tangram_celery.sandbox.base import ExecOutcome, ExecSpec, SandboxLimits
+from tangram_celery.sandbox.bwrap.action import ActionRunner, core_set, kill_proc
+from tangram_celery.sandbox.bwrap.launch import LaunchChain, find_tool, system_binds
+from tangram_celery.sandbox.bwrap.trajectory import Trajectory
+from tangram_celery.sandbox.bwrap.uids import UidPool, kill_uid
+from tangram_celery.sandbox.cgroup import CgroupV1
+from tangram_celery.sandbox.owner import is_stale_tag, owner_tag
+from tangram_celery.sandbox.seccomp import build_filter
+from tangram_celery.sandbox.validation import validate_spec, validate_trajectory_id
+from tangram_celery.sandbox.workdir import workdir_name, write_files
+
+INSTANCE_PREFIX = "inst-"
+
+
+def _check_traversable(path: Path) -> None:
+    """Sandbox uids must be able to reach their work dirs: every parent needs ``o+x``."""
+    blocked = [
+        str(p) for p in (path, *path.parents)
+        if not os.stat(p).st_mode & stat.S_IXOTH
+    ]
+    if blocked:
+        shutil.rmtree(path, ignore_errors=True)
+        raise SandboxSetupError(
+            f"sandbox uids cannot reach {path}: {', '.join(blocked)} lack the o+x permission; "
+            "use a root such as /var/tmp/tangram-sandboxes or run chmod o+x on them"
+        )
+
+
+class BwrapBackend:
+    """The embedded sandbox backend (see :mod:`tangram_celery.sandbox.bwrap`). Thread-safe."""
+
+    name = "bwrap"
+
+    def __init__(
+        self,
+        root_dir: Path,
+        limits: SandboxLimits,
+        *,
+        bwrap_path: str = "bwrap",
+        uid_base: int = 1_500_000,
+        uid_count: int = 65_536,
+        uid_lock_dir: Path = Path("/run/tangram-sandbox-uids"),
+        cgroups: bool = True,
+        seccomp: bool = True,
+    ) -> None:
+        """Prepare the backend; runs nothing yet.
+
+        ``root_dir`` holds the work dirs (in an ``inst-*`` sub-directory removed by
+        :meth:`close`); it and its parents must be traversable (``o+x``) since bubblewrap runs
+        as the sandbox uid. Each work dir is private to its trajectory's uid (mode 0700). When
+        the worker runs as root, each trajectory runs as its own uid from ``uid_base`` to
+        ``uid_base + uid_count - 1`` (pick a range no other user or worker on the host uses);
+        otherwise everything runs as the worker's own uid. A uid is held through a lock file
+        in ``uid_lock_dir`` so workers with overlapping ranges never share one.
+        ``cgroups=False`` and ``seccomp=False`` turn those layers off.
+        """
+        self.limits = limits
+        bwrap = find_tool(bwrap_path, "bubblewrap")
+        prlimit = find_tool("prlimit", "prlimit (util-linux)")
+        taskset = find_tool("taskset", "taskset (util-linux)")
+        self._privileged = os.geteuid() == 0
+        self.uids = UidPool(uid_base, uid_count, uid_lock_dir)
+        self._lock = threading.Lock()
+        self._trajs: dict[str, Trajectory] = {}
+        self._closed = False
+        self.available_cores = frozenset(os.sched_getaffinity(0))
+        launch = LaunchChain(limits, bwrap, prlimit, taskset, system_binds(),
+                             build_filter() if seccomp else None)
+        self.root_dir = Path(root_dir)
+        self.instance_dir = self._make_instance_dir()
+        self.cgroups = CgroupV1() if cgroups and self._privileged else None
+        self._runner = ActionRunner(limits, launch, self.cgroups, self._lock,
+                                    privileged=self._privileged)
+
+    # -- public interface -------------------------------------------------------------------
+
+    def run(self, spec: ExecSpec) -> ExecOutcome:
+        """Run ``spec`` in its trajectory's sandbox (creating the trajectory on first use)."""
+        t0 = time.monotonic()
+        files = validate_spec(spec, self.limits, self.available_cores)
+        traj = self._enter(spec.trajectory_id)
+        try:
+            try:
+                write_files(traj.path, files, traj.uid, traj.uid)
+            except FileNotFoundError as exc:
+                raise self._ended_error(traj) from exc
+            return self._runner.execute(spec, traj, t0)
+        finally:
+            self._leave(traj)
+
+    def repin(self, trajectory_id: str, cores: tuple[int, ...], new_cores: tuple[int, ...]
+              ) -> bool:
+        """Move the running action of ``trajectory_id`` pinned to ``cores`` onto ``new_cores``
+        (its cgroup cpuset: its processes leave the other cores at once). False, changing
+        nothing, when no such action holds a cpuset group (not started yet, finished, or no
+        writable cpuset controller) or the cores are not this worker's: the caller must then
+        not lend those cores."""
+        want, to = core_set(cores), core_set(new_cores)
+        if not to or not set(to) <= self.available_cores:
+            return False
+        with self._lock:
+            traj = self._trajs.get(trajectory_id)
+            pin = next((p for p in traj.pins if p.cores == want), None) if traj else None
+            if pin is None:
+                return False
+            try:
+                if not pin.group.set_cpus(to):
+                    return False
+            except OSError:
+                return False
+            pin.cores = to
+            return True
+
+    def end_trajectory(self, trajectory_id: str) -> None:
+        """Kill the trajectory's running actions and remove its work dir; idempotent."""
+        with self._lock:
+            traj = self._trajs.pop(trajectory_id, None)
+            if traj is None:
+                return
+            traj.ended = True
+            procs = list(traj.procs)
+        for proc in procs:
+            kill_proc(proc)
+        self._dispose(traj)
+
+    def trajectories(self) -> list[str]:
+        """The ids of the trajectories that hold a work dir now."""
+        with self._lock:
+            return sorted(self._trajs)
+
+    def close(self) -> None:
+        """End every trajectory, remove the cgroups and the instance dir; idempotent."""
+        with self._lock:
+            self._closed = True
+            ids = list(self._trajs)
+        for trajectory_id in ids:
+            self.end_trajectory(trajectory_id)
+        if self.cgroups is not None:
+            self.cgroups.close()
+        shutil.rmtree(self.instance_dir, ignore_errors=True)
+
+    def __enter__(self) -> BwrapBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- trajectories -----------------------------------------------------------------------
+
+    def _make_instance_dir(self) -> Path:
+        try:
+            self.root_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+            for entry in self.root_dir.iterdir():
+                if is_stale_tag(entry.name, INSTANCE_PREFIX):
+                    shutil.rmtree(entry, ignore_errors=True)
+            path = self.root_dir / owner_tag(INSTANCE_PREFIX)
+            path.mkdir()
+            path.chmod(0o711)
+        except OSError as exc:
+            raise SandboxSetupError(
+                f"cannot create the sandbox root {self.root_dir}: {exc.strerror}; "
+                "point the backend at a writable directory"
+            ) from exc
+        if self._privileged:
+            _check_traversable(path)
+        return path
+
+    def _alloc_uid(self) -> int:
+        return self.uids.take() if self._privileged else os.getuid()
+
+    def _enter(self, trajectory_id: str) -> Trajectory:
+        with self._lock:
+            if self._closed:
+                raise SandboxError("the sandbox backend is closed; create a new one")
+            traj = self._trajs.get(trajectory_id)
+            if traj is None:
+                traj = self._create(trajectory_id)
+            if traj.exceeded:
+                raise WorkdirQuotaError(
+                    f"trajectory {trajectory_id!r}: its work dir grew past the "
+                    f"{self.limits.workdir_mb} MiB quota; end_trajectory() it and start over"
+                )
+            traj.active += 1
+            return traj
+
+    def _create(self, trajectory_id: str) -> Trajectory:
+        uid = self._alloc_uid()
+        path = self.instance_dir / workdir_name(validate_trajectory_id(trajectory_id))
+        try:
+            if path.exists():
+                shutil.rmtree(path)
+            path.mkdir(mode=0o700)
+            os.chown(path, uid, uid)
+        except OSError as exc:
+            self._release_uid(uid)
+            raise SandboxSetupError(f"cannot create a work dir in {self.instance_dir}: "
+                                    f"{exc.strerror}") from exc
+        traj = Trajectory(trajectory_id, uid, path)
+        self._trajs[trajectory_id] = traj
+        return traj
+
+    def _leave(self, traj: Trajectory) -> None:
+        with self._lock:
+            traj.active -= 1
+            release = traj.ended and traj.active == 0
+        if release:
+            self._release_uid_when_clean(traj)
+
+    def _dispose(self, traj: Trajectory) -> None:
+        """Remove an ended trajectory's dir; give its uid back once no action is running."""
+        shutil.rmtree(traj.path, ignore_errors=True)
+        with self._lock:
+            idle = traj.active == 0
+        if idle:
+            self._release_uid_when_clean(traj)
+
+    def _release_uid_when_clean(self, traj: Trajectory) -> None:
+        if not self._privileged:
+            return
+        with self._lock:
+            if traj.released:
+                return
+            traj.released = True
+        kill_uid(traj.uid)
+        for leftover in (f"/tmp/.bubblewrap-{traj.uid}", f"/run/user/{traj.uid}/.bubblewrap"):  # nosec B108 # bwrap's own per-uid dir, removed after the uid is killed
+            with contextlib.suppress(OSError):
+                os.rmdir(leftover)
+        with self._lock:
+            self._release_uid(traj.uid)
+
+    def _release_uid(self, uid: int) -> None:
+        if self._privileged:
+            self.uids.give_back(uid)
+
+    @staticmethod
+    def _ended_error(traj: Trajectory) -> SandboxError:
+        return SandboxError(f"trajectory {traj.trajectory_id!r} was ended while its action ran")

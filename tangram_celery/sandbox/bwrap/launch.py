@@ -1,0 +1,161 @@
+"""The embedded backend's launch chain: the cgroup join, rlimits, taskset and bubblewrap's argv.
+
+Everything one action's child process execs, from the host side into the sandbox::
+
+    sh (joins the action's cgroups) -> prlimit (rlimits) -> [taskset] -> bwrap -> sh -> COMMAND
+
+bubblewrap's part: new namespaces, read-only system dirs and an ``/etc`` allow-list, private
+tmpfs ``/tmp`` and ``/dev/shm``, the work dir at ``/work``, generated ``/etc`` files, a clean
+environment and the seccomp filter.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+
+from tangram_celery.errors import SandboxSetupError
+from tangram_celery.sandbox.base import MB, ExecSpec, SandboxLimits
+from tangram_celery.sandbox.bwrap.trajectory import Trajectory
+from tangram_celery.sandbox.cgroup import ActionCgroup, format_cpus
+from tangram_celery.sandbox.validation import sandbox_env
+
+INSIDE_UID = 1000
+INSIDE_WORKDIR = "/work"
+READY_MARKER = b"\x1etangram-sandbox-ready\x1e"
+SETUP_HELP = "run the README's setup command (it installs bubblewrap and util-linux)"
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
+ETC_ALLOWLIST = (
+    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "localtime", "timezone",
+    "alternatives", "python3", "python3.11", "protocols", "services", "mime.types",
+    "os-release", "debian_version", "gai.conf", "host.conf", "ssl/certs", "ssl/openssl.cnf",
+)
+BASE_ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME": INSIDE_WORKDIR,
+    "USER": "sandbox",
+    "LOGNAME": "sandbox",
+    "TMPDIR": "/tmp",  # nosec B108 # inside the sandbox: its private tmpfs
+    "LANG": "C.UTF-8",
+}
+PASSWD = (
+    "root:x:0:0:root:/nonexistent:/usr/sbin/nologin\n"
+    f"sandbox:x:{INSIDE_UID}:{INSIDE_UID}:tangram sandbox:{INSIDE_WORKDIR}:/bin/sh\n"
+    "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+)
+GROUP = f"root:x:0:\nsandbox:x:{INSIDE_UID}:\nnogroup:x:65534:\n"
+HOSTS = "127.0.0.1\tlocalhost tangram\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+ETC_FILES = {"/etc/passwd": PASSWD, "/etc/group": GROUP, "/etc/hosts": HOSTS}
+# Joins the cgroups whose procs files are given ($1 = how many), then execs the rest.
+JOIN_SCRIPT = (
+    'n=$1; shift; while [ "$n" -gt 0 ]; do '
+    'printf "%s\\n" "$$" > "$1" || { echo "tangram: cannot join cgroup $1" >&2; exit 125; }; '
+    "shift; n=$((n - 1)); done; exec \"$@\""
+)
+# Inside the sandbox, as its pid 1 (``--as-pid-1``): announce the start on stderr, then run
+# `/bin/sh -c COMMAND` as a child. This shell reaps orphans while it waits and its exit takes the
+# pid namespace down; being bubblewrap's direct child, it never lingers as a zombie on the host
+# (bubblewrap's own pid-1 reaper would be orphaned to the host's init when the action ends).
+WRAP_SCRIPT = "printf '\\036tangram-sandbox-ready\\036' >&2; /bin/sh -c \"$1\""
+
+
+def find_tool(name: str, what: str) -> str:
+    """The path of tool ``name`` (``what`` names it in the error when it is missing)."""
+    path = shutil.which(name)
+    if path is None:
+        raise SandboxSetupError(f"{what} ({name!r}) not found on PATH; {SETUP_HELP}")
+    return path
+
+
+def _data_fd(content: bytes) -> int:
+    """A pipe's read end that yields ``content`` (under 64 KiB) then EOF, for bubblewrap."""
+    read_fd, write_fd = os.pipe()
+    try:
+        os.write(write_fd, content)
+    finally:
+        os.close(write_fd)
+    return read_fd
+
+
+def system_binds() -> list[str]:
+    """Read-only binds (or symlinks, on merged-/usr systems) of the system directories."""
+    args: list[str] = []
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    for name in ETC_ALLOWLIST:
+        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    return args
+
+
+@dataclass(frozen=True)
+class LaunchChain:
+    """The launch chain's tools and fixed arguments, found once when the backend starts."""
+
+    limits: SandboxLimits
+    bwrap: str
+    prlimit: str
+    taskset: str
+    system_binds: list[str]
+    seccomp: bytes | None
+    sh: str = "/bin/sh"
+
+    def argv(
+        self, spec: ExecSpec, traj: Trajectory, group: ActionCgroup | None, fds: list[int]
+    ) -> list[str]:
+        """The whole launch chain; ``fds`` collects the descriptors bubblewrap must inherit."""
+        chain: list[str] = []
+        if group is not None:
+            procs = [str(p) for p in group.procs_files()]
+            chain += [self.sh, "-c", JOIN_SCRIPT, "tangram-join", str(len(procs)), *procs]
+        chain += [self.prlimit, *self.rlimit_args(), "--"]
+        if group is None or "cpuset" not in group.paths:
+            chain += [self.taskset, "-c", format_cpus(spec.cores)]
+        return chain + self.bwrap_args(spec, traj, fds)
+
+    def rlimit_args(self) -> list[str]:
+        """prlimit's options: the per-process limits of ``limits``."""
+        lim = self.limits
+        args = [
+            f"--as={lim.effective_address_space_mb * MB}",
+            f"--data={lim.memory_mb * MB}",
+            f"--nproc={lim.pids}",
+            f"--fsize={lim.file_size_mb * MB}",
+            f"--nofile={lim.nofile}",
+            "--core=0",
+        ]
+        if lim.cpu_time_s is not None:
+            args.append(f"--cpu={lim.cpu_time_s}")
+        return args
+
+    def bwrap_args(self, spec: ExecSpec, traj: Trajectory, fds: list[int]) -> list[str]:
+        """bubblewrap's argv, the in-sandbox wrapper included; ``fds`` collects what it inherits."""
+
+        def fd_of(fd: int) -> str:
+            fds.append(fd)
+            return str(fd)
+
+        tmp_bytes = str(self.limits.tmp_mb * MB)
+        args = [
+            self.bwrap,
+            "--unshare-all", "--unshare-user", "--disable-userns",
+            "--die-with-parent", "--as-pid-1", "--new-session", "--cap-drop", "ALL", "--clearenv",
+            "--uid", str(INSIDE_UID), "--gid", str(INSIDE_UID), "--hostname", "tangram",
+            *self.system_binds,
+            "--proc", "/proc", "--dev", "/dev",
+            "--size", tmp_bytes, "--tmpfs", "/tmp",  # nosec B108 # the sandbox's private tmpfs
+            "--size", tmp_bytes, "--tmpfs", "/dev/shm",  # nosec B108 # the sandbox's private tmpfs
+            "--bind", str(traj.path), INSIDE_WORKDIR,
+            "--chdir", INSIDE_WORKDIR,
+        ]
+        for dest, content in ETC_FILES.items():
+            args += ["--perms", "0444", "--ro-bind-data", fd_of(_data_fd(content.encode())), dest]
+        for key, value in sandbox_env(spec, BASE_ENV).items():
+            args += ["--setenv", key, value]
+        args += ["--remount-ro", "/dev", "--remount-ro", "/"]
+        if self.seccomp is not None:
+            args += ["--seccomp", fd_of(_data_fd(self.seccomp))]
+        return [*args, "--", self.sh, "-c", WRAP_SCRIPT, "tangram", spec.command]

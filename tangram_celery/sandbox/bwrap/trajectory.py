@@ -1,0 +1,33 @@
+"""A live trajectory of the embedded backend: its uid, work dir, running processes and pins."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tangram_celery.sandbox.cgroup import ActionCgroup
+
+
+@dataclass
+class Pin:
+    """A running action's cores (as the cpuset holds them now) and its cgroups."""
+
+    cores: tuple[int, ...]
+    group: ActionCgroup
+
+
+@dataclass
+class Trajectory:
+    """A live trajectory: its uid, work dir and the processes and pins of its running
+    actions."""
+
+    trajectory_id: str
+    uid: int
+    path: Path
+    procs: set[subprocess.Popen[bytes]] = field(default_factory=set)
+    pins: list[Pin] = field(default_factory=list)
+    active: int = 0
+    ended: bool = False
+    exceeded: bool = False
+    released: bool = False

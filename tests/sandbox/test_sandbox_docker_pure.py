@@ -16,33 +16,35 @@ import pytest
 
 from tangram_celery.errors import SandboxSetupError, SandboxSpecError, WorkdirQuotaError
 from tangram_celery.sandbox import ExecSpec, SandboxLimits
-from tangram_celery.sandbox.docker import (
+from tangram_celery.sandbox.docker.exchange import Exchange, pump_socket, read_ahead
+from tangram_celery.sandbox.docker.options import (
     IDLE_CPU_QUOTA_US,
     PIDS_OVERHEAD,
-    RECEIVER,
-    WRAPPER,
-    FrameDemuxer,
-    PoolPlan,
-    Trailer,
-    TrailerSink,
-    WarmPoolPolicy,
-    _Broken,
-    _Exchange,
-    _read_ahead,
-    command_start,
     container_options,
     cpu_options,
-    encode_files,
-    exit_status,
+    seccomp_profile,
+)
+from tangram_celery.sandbox.docker.policy import (
+    PoolPlan,
+    WarmPoolPolicy,
     idle_expired,
-    parse_trailer,
     peak_arrivals,
     plan_pool,
-    preamble_error,
-    pump_socket,
-    seccomp_profile,
-    units_of,
     warm_pool_target,
+)
+from tangram_celery.sandbox.docker.protocol import (
+    RECEIVER,
+    WRAPPER,
+    Broken,
+    FrameDemuxer,
+    Trailer,
+    TrailerSink,
+    command_start,
+    encode_files,
+    exit_status,
+    parse_trailer,
+    preamble_error,
+    units_of,
     wrapper_argv,
 )
 from tangram_celery.sandbox.image import (
@@ -252,7 +254,7 @@ def test_preamble_errors() -> None:
     quota = preamble_error(b'\x1etangram-files-error ["quota", "files[\'a\']", "full"]\x1e')
     assert isinstance(quota, WorkdirQuotaError)
     broken = preamble_error(b"\x1etangram-broken pid cap exhausted: 68 of 68 in use\x1e")
-    assert isinstance(broken, _Broken) and "pid cap" in str(broken)
+    assert isinstance(broken, Broken) and "pid cap" in str(broken)
     assert preamble_error(b"just noise") is None
 
 
@@ -374,8 +376,8 @@ def test_stream_bytes_buffered_with_the_http_headers_are_not_lost() -> None:
         handle = type("Handle", (), {})()
         handle._response = type("Resp", (), {"raw": _Raw(reader)})()  # type: ignore[attr-defined]
         ours.setblocking(False)
-        assert _read_ahead(handle) == frame(1, b"early output")
-        assert _read_ahead(handle) == b""
+        assert read_ahead(handle) == frame(1, b"early output")
+        assert read_ahead(handle) == b""
     finally:
         ours.close()
         engine.close()
@@ -395,8 +397,8 @@ def test_pump_sends_stdin_half_closes_and_demuxes() -> None:
     thread = threading.Thread(target=fake_engine)
     thread.start()
     deadline = time.monotonic() + 10
-    exchange = _Exchange(ours, FrameDemuxer(), {1: stdout, 2: stderr}, b"x" * 5000,
-                         lambda: deadline)
+    exchange = Exchange(ours, FrameDemuxer(), {1: stdout, 2: stderr}, b"x" * 5000,
+                        lambda: deadline)
     try:
         assert pump_socket(exchange, b"")
     finally:
@@ -409,7 +411,7 @@ def test_pump_sends_stdin_half_closes_and_demuxes() -> None:
 def test_pump_gives_up_at_the_deadline() -> None:
     ours, engine = socket.socketpair()
     t0 = time.monotonic()
-    exchange = _Exchange(ours, FrameDemuxer(), {}, None, lambda: t0 + 0.3)
+    exchange = Exchange(ours, FrameDemuxer(), {}, None, lambda: t0 + 0.3)
     try:
         assert not pump_socket(exchange, b"")
     finally:

@@ -1,0 +1,315 @@
+"""The docker backend's containers: the warm pool, each trajectory's container, their removal.
+
+Every container is labelled with its backend's owner tag and host, so the containers of a
+backend whose process died are removed by the next one on the host
+(:meth:`ContainerPool.reap_stale`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import docker
+
+from tangram_celery.errors import (
+    SandboxEngineError,
+    SandboxError,
+    SandboxSetupError,
+    WorkdirQuotaError,
+)
+from tangram_celery.sandbox.base import SandboxLimits
+from tangram_celery.sandbox.docker.engine import API_ERRORS, KEEPER_ERRORS
+from tangram_celery.sandbox.docker.options import container_options
+from tangram_celery.sandbox.docker.policy import (
+    WarmPoolPolicy,
+    idle_expired,
+    plan_pool,
+    warm_pool_target,
+)
+from tangram_celery.sandbox.owner import is_stale_tag, owner_tag
+
+log = logging.getLogger(__name__)
+
+OWNER_PREFIX = "dkr-"
+LABEL_OWNER = "tangram.sandbox.owner"
+LABEL_HOST = "tangram.sandbox.host"
+
+
+@dataclass
+class Env:
+    """A trajectory's environment: its container and what the backend knows about it."""
+
+    trajectory_id: str
+    last_used: float
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    container: Any | None = None
+    used: bool = False
+    broken: str | None = None
+    lost: str | None = None
+    oom_seen: int = 0
+    active: int = 0
+    ended: bool = False
+    exceeded: bool = False
+    settle: Future[None] | None = None
+
+
+def mark_broken(env: Env, reason: str) -> None:
+    """Log that ``env``'s container is broken; its next action gets a fresh one."""
+    log.warning("the container of trajectory %s is broken and will be replaced: %s",
+                env.trajectory_id, reason)
+    env.broken = reason
+
+
+class ContainerPool:
+    """Every container of one backend, from creation to removal. Thread-safe.
+
+    A trajectory's container lives in its :class:`Env`; ready ones wait in the warm pool. A keeper
+    thread expires idle trajectories and resizes the warm pool every ``tick_s``. ``lock`` guards
+    the environments and the pool; the backend takes it too.
+    """
+
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        *,
+        docker_url: str,
+        image: str,
+        limits: SandboxLimits,
+        seccomp: str | None,
+        policy: WarmPoolPolicy,
+        idle_ttl_s: float,
+        tick_s: float,
+    ) -> None:
+        """Remove what dead backends left on this host, then start the keeper."""
+        self.client = client
+        self.docker_url = docker_url
+        self.image = image
+        self.limits = limits
+        self.idle_ttl_s = idle_ttl_s
+        self.pool_policy = policy
+        self._seccomp = seccomp
+        self.owner = owner_tag(OWNER_PREFIX)
+        self._labels = {LABEL_OWNER: self.owner, LABEL_HOST: socket.gethostname()}
+        self.lock = threading.Lock()
+        self._envs: dict[str, Env] = {}
+        self._pool: deque[Any] = deque()
+        self._creating = 0
+        self._arrivals: deque[float] = deque(maxlen=4096)
+        self.create_s = 0.3
+        self._closed = False
+        self._wake = threading.Event()
+        self.background = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tangram-docker")
+        self.reap_stale()
+        self._keeper = threading.Thread(target=self._keep, args=(tick_s,), daemon=True,
+                                        name="tangram-docker-pool")
+        self._keeper.start()
+
+    # -- trajectories -----------------------------------------------------------------------
+
+    def enter(self, trajectory_id: str) -> Env:
+        """The trajectory's environment (a new one on first use), marked active."""
+        with self.lock:
+            if self._closed:
+                raise SandboxError("the sandbox backend is closed; create a new one")
+            env = self._envs.get(trajectory_id)
+            if env is None:
+                env = Env(trajectory_id, time.monotonic())
+                self._envs[trajectory_id] = env
+                self._arrivals.append(time.monotonic())
+            if env.exceeded:
+                raise WorkdirQuotaError(
+                    f"trajectory {trajectory_id!r}: its work dir grew past the "
+                    f"{self.limits.workdir_mb} MiB quota; end_trajectory() it and start over"
+                )
+            env.active += 1
+            return env
+
+    def leave(self, env: Env) -> None:
+        """An action of ``env`` is over: it is idle from now on, unless another runs."""
+        with self.lock:
+            env.active -= 1
+            env.last_used = time.monotonic()
+
+    def end(self, trajectory_id: str, idle_since: float | None) -> bool:
+        """End a trajectory; with ``idle_since``, only if it stayed idle since then."""
+        with self.lock:
+            env = self._envs.get(trajectory_id)
+            if env is None:
+                return False
+            if idle_since is not None and (env.active or env.last_used != idle_since):
+                return False
+            del self._envs[trajectory_id]
+            env.ended = True
+            container, env.container = env.container, None
+        if container is not None:
+            self._discard(container)
+        return True
+
+    def trajectories(self) -> list[str]:
+        """The ids of the trajectories that hold an environment now."""
+        with self.lock:
+            return sorted(self._envs)
+
+    # -- containers -------------------------------------------------------------------------
+
+    def size(self) -> int:
+        """How many ready containers wait in the warm pool now."""
+        with self.lock:
+            return len(self._pool)
+
+    def containers(self) -> list[str]:
+        """The ids of every container of this backend (trajectories' and the pool's)."""
+        found = self.client.api.containers(
+            all=True, filters={"label": f"{LABEL_OWNER}={self.owner}"})
+        return [str(entry["Id"]) for entry in found]
+
+    def close(self) -> bool:
+        """End every trajectory, empty the pool, wait for the removals; idempotent.
+
+        Returns whether this call closed it (False when it was closed already).
+        """
+        with self.lock:
+            if self._closed:
+                return False
+            self._closed = True
+            ids = list(self._envs)
+            pool, self._pool = list(self._pool), deque()
+        self._wake.set()
+        self._keeper.join(timeout=30)
+        for trajectory_id in ids:
+            self.end(trajectory_id, idle_since=None)
+        for container in pool:
+            self._discard(container)
+        self.background.shutdown(wait=True)
+        with contextlib.suppress(*API_ERRORS):
+            for container_id in self.containers():  # one created while we were closing
+                self._remove_id(container_id)
+        return True
+
+    def reap_stale(self) -> int:
+        """Remove containers of backends whose process died on this host; returns how many."""
+        host = socket.gethostname()
+        removed = 0
+        try:
+            found = self.client.api.containers(all=True, filters={"label": LABEL_OWNER})
+        except API_ERRORS as exc:
+            raise SandboxEngineError(f"cannot list containers at {self.docker_url}: {exc}") \
+                from exc
+        for entry in found:
+            labels = entry.get("Labels") or {}
+            if labels.get(LABEL_HOST) == host and \
+                    is_stale_tag(labels.get(LABEL_OWNER, ""), OWNER_PREFIX):
+                self._remove_id(str(entry["Id"]))
+                removed += 1
+        return removed
+
+    def replace(self, env: Env) -> None:
+        """Give ``env`` a fresh container, throwing its old one away."""
+        old = env.container
+        if old is not None:
+            if env.used:
+                env.lost = env.lost or env.broken or "the container broke"
+            env.container = None
+            self._discard(old)
+        self._take_container(env)
+
+    def _take_container(self, env: Env) -> None:
+        """Give ``env`` a ready container: from the warm pool, else a new one."""
+        with self.lock:
+            container = self._pool.popleft() if self._pool else None
+        self._wake.set()
+        if container is None:
+            container = self._create()
+        with self.lock:
+            ended = env.ended
+            if not ended:
+                env.container, env.used, env.broken, env.oom_seen = container, False, None, 0
+        if ended:
+            self._discard(container)
+            raise SandboxError(f"trajectory {env.trajectory_id!r} was ended while its action "
+                               "was starting")
+
+    def _create(self) -> Any:
+        t0 = time.monotonic()
+        try:
+            container = self.client.containers.run(
+                self.image, **container_options(self.limits, self._labels, self._seccomp))
+        except API_ERRORS as exc:
+            raise SandboxSetupError(f"cannot start a sandbox container from {self.image!r}: "
+                                    f"{exc}") from exc
+        with self.lock:
+            self.create_s = 0.8 * self.create_s + 0.2 * (time.monotonic() - t0)
+        return container
+
+    def _discard(self, container: Any) -> None:
+        """Remove a container in the background (force: kills what runs in it)."""
+        try:
+            self.background.submit(self._remove, container)
+        except RuntimeError:  # shutting down
+            self._remove(container)
+
+    def _remove(self, container: Any) -> None:
+        self._remove_id(str(container.id))
+
+    def _remove_id(self, container_id: str) -> None:
+        with contextlib.suppress(*API_ERRORS):
+            self.client.api.remove_container(container_id, force=True, v=True)
+
+    # -- the pool keeper --------------------------------------------------------------------
+
+    def _keep(self, tick_s: float) -> None:
+        """The pool keeper's loop: expire idle trajectories, resize the warm pool."""
+        while True:
+            self._wake.wait(tick_s)
+            self._wake.clear()
+            with self.lock:
+                if self._closed:
+                    return
+            try:
+                self._expire_idle()
+                self._refill()
+            except KEEPER_ERRORS:
+                log.warning("the docker pool keeper's tick failed", exc_info=True)
+
+    def _expire_idle(self) -> None:
+        with self.lock:
+            last = {tid: env.last_used for tid, env in self._envs.items()}
+            busy = {tid for tid, env in self._envs.items() if env.active or env.lock.locked()}
+        for trajectory_id in idle_expired(last, busy, time.monotonic(), self.idle_ttl_s):
+            if self.end(trajectory_id, idle_since=last[trajectory_id]):
+                log.info("trajectory %s was idle for %.0f s: its container is removed",
+                         trajectory_id, self.idle_ttl_s)
+
+    def _refill(self) -> None:
+        with self.lock:
+            target = warm_pool_target(self._arrivals, time.monotonic(), self.create_s,
+                                      self.pool_policy)
+            plan = plan_pool(len(self._pool), self._creating, target)
+            surplus = [self._pool.pop() for _ in range(plan.remove)]
+            self._creating += plan.create
+        for container in surplus:
+            self._discard(container)
+        for _ in range(plan.create):
+            self._add_to_pool()
+
+    def _add_to_pool(self) -> None:
+        try:
+            container = self._create()
+        except SandboxError as exc:
+            log.warning("cannot add a container to the warm pool: %s", exc)
+            container = None
+        with self.lock:
+            self._creating -= 1
+            keep = container is not None and not self._closed
+            if keep:
+                self._pool.append(container)
+        if container is not None and not keep:
+            self._remove(container)

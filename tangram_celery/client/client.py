@@ -43,8 +43,8 @@ from tangram_celery.errors import (
 from tangram_celery.keys import DEFAULT_GPU_POOL
 from tangram_celery.managers.basic import parse_api_limits
 from tangram_celery.observe.progress import result_progress
+from tangram_celery.pools.conversion import action_limits
 from tangram_celery.pools.inventory import GpuPoolView, gpu_pool_view
-from tangram_celery.pools.node import action_limits
 from tangram_celery.pools.registry import Registry
 from tangram_celery.pools.routing import queue_for, trajectory_memory_mb
 from tangram_celery.pools.serving import rejected_result

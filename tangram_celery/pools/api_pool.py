@@ -59,7 +59,7 @@ from tangram_celery.managers.basic import (
     needs_of,
     parse_api_limits,
 )
-from tangram_celery.pools.node import action_limits
+from tangram_celery.pools.conversion import action_limits
 from tangram_celery.pools.serving import rejected_result, serve
 from tangram_celery.settings import Settings
 

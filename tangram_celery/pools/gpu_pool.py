@@ -73,7 +73,7 @@ from tangram_celery.errors import ConfigError, TangramError, TritonUnavailable, 
 from tangram_celery.keys import DEFAULT_GPU_POOL
 from tangram_celery.managers.gpu import Chunk
 from tangram_celery.pools.admission import Admission, Grant, Policy, PoolState, Request
-from tangram_celery.pools.node import action_limits, request_for, signature_of
+from tangram_celery.pools.conversion import action_limits, request_for, signature_of
 from tangram_celery.pools.placement import (
     Residency,
     elastic_policy,

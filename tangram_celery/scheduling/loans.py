@@ -9,7 +9,7 @@ moves onto the cores it is given and the loan ends (or the loan ends with its ru
 comes first). So the scheduler's decisions are its own, and a loan lasts about as long as the
 job would have queued. The lender keeps running on the cores it has left: every core is held
 by exactly one job at any instant (on a worker, the lender's cpuset shrinks and the
-borrower's cgroup holds the lent core alone; see `tangram_celery.pools.node`), and the lender pays
+borrower's cgroup holds the lent core alone; see `tangram_celery.pools.loans`), and the lender pays
 for the loan by running slower while it lasts (`lender_speed`).
 
 `plan_loans` chooses the lenders, pure over plain data:

@@ -7,7 +7,7 @@ before it joins its node's queue; each node schedules itself with its own policy
 (:class:`~tangram_celery.sim.pooled.UnitPool`), cores split evenly over NUMA groups.
 
 **Core loans** (policies with a ``lend`` method: tangram's robust scheduler, see
-:mod:`tangram_celery.scheduling.loans`), as a worker makes them (:mod:`tangram_celery.pools.node`).
+:mod:`tangram_celery.scheduling.loans`), as a worker makes them (:mod:`tangram_celery.pools.loans`).
 At the scheduling point where a short job arrives, if the decision leaves it waiting, it may
 start at once on cores lent by a running job, alone on them, at full speed, while its job
 stays in the queue as before: the decisions are the policy's own, and when the policy starts

@@ -28,7 +28,7 @@ from tangram_celery.managers.basic import (
     pause_for,
     refill,
 )
-from tangram_celery.pools.node import api_names
+from tangram_celery.pools.conversion import api_names
 from tangram_celery.scheduling.ordering import trajectory_order_key
 
 # ----------------------------------------------------------------------------- declarations

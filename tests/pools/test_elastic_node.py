@@ -10,7 +10,7 @@ from test_core_loans import check_exclusive
 from tangram_celery.action import Action, parse_action
 from tangram_celery.bench.emulation import amdahl_duration, emulated_exec, emulated_test_run
 from tangram_celery.client import TangramClient
-from tangram_celery.pools.node import request_for
+from tangram_celery.pools.conversion import request_for
 from tangram_celery.pools.registry import Registry
 from tangram_celery.scheduling import DurationModel
 from tangram_celery.settings import Settings

@@ -32,7 +32,7 @@ def action_limits(settings: Settings) -> ActionLimits:
 
 def api_names(api_limits: str) -> list[str]:
     """Names of the APIs declared in ``TANGRAM_API_LIMITS``; raises ``ConfigError`` if malformed
-    (format: :mod:`tangram_celery.managers.basic`)."""
+    (format: :mod:`tangram_celery.managers.basic.limits`)."""
     from tangram_celery.managers.basic import parse_api_limits
 
     return list(parse_api_limits(api_limits))

@@ -92,7 +92,7 @@ def run_worker(settings: Settings, args: argparse.Namespace) -> int:
         run_cpu_worker(settings, args.node, args.cores, args.memory_mb, args.concurrency,
                        args.loglevel)
     elif args.pool == "api":
-        from tangram_celery.pools.api_pool import run_api_worker
+        from tangram_celery.pools.api_pool.worker import run_api_worker
 
         run_api_worker(settings, args.api, args.concurrency, args.loglevel)
     elif args.pool == "gpu":

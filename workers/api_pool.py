@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from tangram_celery.pools.api_pool import main
+from tangram_celery.pools.api_pool.worker import main
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="messages held at once (default from the API's limits)")
     api.add_argument("--loglevel", default="INFO")
 
-    from tangram_celery.pools.gpu_pool import add_worker_arguments
+    from tangram_celery.pools.gpu_pool.worker import add_worker_arguments
 
     add_worker_arguments(pools.add_parser(
         "gpu", help="a GPU reward pool worker (Triton reward models; simulated GPU ids on CPU)"
@@ -96,7 +96,7 @@ def run_worker(settings: Settings, args: argparse.Namespace) -> int:
 
         run_api_worker(settings, args.api, args.concurrency, args.loglevel)
     elif args.pool == "gpu":
-        from tangram_celery.pools.gpu_pool import run_from_args
+        from tangram_celery.pools.gpu_pool.worker import run_from_args
 
         run_from_args(settings, args)
     return 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from tangram_celery.pools.gpu_pool import main
+from tangram_celery.pools.gpu_pool.worker import main
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import redis
 from celery.worker.autoscale import Autoscaler
@@ -52,12 +52,10 @@ from docker import errors as docker_errors
 
 from tangram_celery import keys
 from tangram_celery.autoscale.policy import Budget, PoolLimits, PoolLoad, ScalingConfig, decide
+from tangram_celery.autoscale.work import Work, action_work
 from tangram_celery.pools.launch import spawn_cpu_worker
 from tangram_celery.pools.registry import Registry
 from tangram_celery.processes import stop_process
-
-if TYPE_CHECKING:
-    from tangram_celery.autoscale.controller import Work
 
 log = logging.getLogger(__name__)
 
@@ -463,8 +461,6 @@ class ActAwareAutoscaler(Autoscaler):  # type: ignore[misc]
     def qty(self) -> int:
         """Processes wanted now."""
         from celery.worker import state
-
-        from tangram_celery.autoscale.controller import action_work
 
         reserved = list(state.reserved_requests)
         active = len(state.active_requests)

@@ -10,8 +10,6 @@ publishes each pool's target and actual size to Redis (``keys.autoscale_pool``) 
 from __future__ import annotations
 
 import argparse
-import base64
-import json
 import logging
 import signal
 import threading
@@ -24,7 +22,6 @@ from typing import Any
 import redis
 
 from tangram_celery import keys
-from tangram_celery.action import parse_action
 from tangram_celery.autoscale.actuators import CPU_POOL, Actuator, LocalProcessActuator
 from tangram_celery.autoscale.policy import (
     Budget,
@@ -34,7 +31,7 @@ from tangram_celery.autoscale.policy import (
     ScalingConfig,
     decide,
 )
-from tangram_celery.errors import ValidationError
+from tangram_celery.autoscale.work import Work, messages_work, unacked_work
 from tangram_celery.pools.inventory import Inventory, priority_lists, read_inventory
 from tangram_celery.pools.registry import Registry
 from tangram_celery.settings import Settings
@@ -46,25 +43,6 @@ log = logging.getLogger(__name__)
 PEEK_LIMIT = 2000
 ACT_WINDOW_S = 30.0
 ACT_SCAN = 2000
-
-
-@dataclass(frozen=True)
-class Work:
-    """Predicted work of some messages: unit-seconds of those with an estimate, and how many
-    have none."""
-
-    seconds: float = 0.0
-    unknown: int = 0
-    count: int = 0
-
-    def __add__(self, other: Work) -> Work:
-        return Work(self.seconds + other.seconds, self.unknown + other.unknown,
-                    self.count + other.count)
-
-    def scaled(self, fraction: float) -> Work:
-        """The same work for a fraction of the messages (prefetched among unacked)."""
-        return Work(self.seconds * fraction, round(self.unknown * fraction),
-                    round(self.count * fraction))
 
 
 @dataclass(frozen=True)
@@ -93,52 +71,6 @@ class AutoscalerOptions:
         """The budget of the CPU pool (``budget_cores`` 0: unlimited)."""
         totals = {"cpu": self.budget_cores} if self.budget_cores > 0 else {}
         return Budget(totals, {CPU_POOL: PoolLimits(self.min_nodes, self.max_nodes)})
-
-
-def message_body(raw: bytes | str) -> Any:
-    """The action JSON inside one kombu Redis message (None when it is not one)."""
-    try:
-        envelope = json.loads(raw)
-        body = envelope["body"]
-        if envelope.get("properties", {}).get("body_encoding") == "base64":
-            body = base64.b64decode(body)
-        args = json.loads(body)[0]
-        return args[0] if args else None
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-        return None
-
-
-def action_work(body: Any) -> Work:
-    """Expected unit-seconds of one action at its minimum units (unknown without T1)."""
-    try:
-        action = parse_action(body)
-    except ValidationError:
-        return Work(0.0, 1, 1)
-    units = action.units().allowed_units()[0] if action.units().allowed_units() else 1
-    duration = action.expected_duration(units)
-    return Work(0.0, 1, 1) if duration is None else Work(duration * max(units, 1), 0, 1)
-
-
-def messages_work(raws: Iterable[bytes | str]) -> Work:
-    """Total predicted work of raw kombu messages."""
-    total = Work()
-    for raw in raws:
-        total += action_work(message_body(raw))
-    return total
-
-
-def unacked_work(values: Iterable[bytes | str], queues: set[str]) -> Work:
-    """Predicted work of the unacked messages (``[message, exchange, routing_key]``) whose routing
-    key is one of ``queues``."""
-    picked: list[str] = []
-    for value in values:
-        try:
-            message, _, routing_key = json.loads(value)
-        except (ValueError, TypeError):
-            continue
-        if routing_key in queues:
-            picked.append(json.dumps(message))
-    return messages_work(picked)
 
 
 def recent_act(records: Iterable[ActRecord], pool: str, since: float) -> RecentAct:

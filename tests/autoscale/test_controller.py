@@ -18,18 +18,15 @@ from tangram_celery.autoscale.actuators import RESTART_BACKOFF_S, LocalProcessAc
 from tangram_celery.autoscale.controller import (
     AutoscalerOptions,
     RecentAct,
-    Work,
-    action_work,
     add_arguments,
     cpu_load,
     local_controller,
-    message_body,
     options_from_args,
     recent_act,
-    unacked_work,
     worker_env,
 )
 from tangram_celery.autoscale.policy import ScalingConfig
+from tangram_celery.autoscale.work import Work, action_work, message_body, unacked_work
 from tangram_celery.bench.emulation import emulated_exec, emulated_test_run
 from tangram_celery.client import TangramClient
 from tangram_celery.errors import ConfigError

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tangram_celery.autoscale.actuators import worker_target
-from tangram_celery.autoscale.controller import Work
+from tangram_celery.autoscale.work import Work
 
 # (case, processes, active, queued work, min, max, expected processes)
 TABLE = [

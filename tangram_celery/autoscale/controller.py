@@ -22,7 +22,8 @@ from typing import Any
 import redis
 
 from tangram_celery import keys
-from tangram_celery.autoscale.actuators import CPU_POOL, Actuator, LocalProcessActuator
+from tangram_celery.autoscale.actuators.interface import CPU_POOL, Actuator
+from tangram_celery.autoscale.actuators.local import LocalProcessActuator
 from tangram_celery.autoscale.policy import (
     Budget,
     Decision,

@@ -14,7 +14,7 @@ from tangram_celery.bench import reward as bench
 from tangram_celery.errors import ValidationError
 from tangram_celery.reward.repository import ModelSpec, load_repository
 from tangram_celery.reward.server import TritonServer
-from tangram_celery.reward.triton import TritonClient
+from tangram_celery.reward.triton import Protocol, TritonClient
 
 
 def test_pools_are_fixed_varied_and_per_model() -> None:
@@ -103,7 +103,7 @@ def test_the_answer_match_pool_has_right_and_wrong_answers(
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_closed_loop_counts_requests_and_rows_per_execution(
-    triton_server: TritonServer, answer_match: ModelSpec, protocol: bench.Protocol
+    triton_server: TritonServer, answer_match: ModelSpec, protocol: Protocol
 ) -> None:
     url = triton_server.grpc_url if protocol == "grpc" else triton_server.http_url
     pool = bench.samples("answer_match")

@@ -1,111 +1,27 @@
-"""The AI-coding workload on the real stack: tangram vs fixed DoP vs plain FIFO, side by side.
-
-    python -m tangram_celery.bench.elastic [--batch 8] [--cores 8] [--seed 1]
-    (the same as: tangram bench coding --mode real
-     --systems tangram,tangram:ersa,fixed-dop-4,celery)
-
-One CPU node worker (real Celery, Redis, bubblewrap sandboxes, audited core allocations) runs
-the same seeded AI-coding batch (the simulator's generator at a smaller scale, see
-:data:`REAL_PARAMS`) once per system:
-
-* ``tangram``: the default ``TANGRAM_SCHEDULER`` (robust), test runs elastic over 1..cores;
-* ``tangram:ersa``: the paper's allocator (``TANGRAM_SCHEDULER=elastic``), the same actions;
-* ``fixed-dop-<k>``: the same scheduler, every test run declaring exactly ``min(k, cores)``
-  cores (a single-option job is admitted FCFS at that count: the fixed-DoP baseline, no
-  node-side policy needed);
-* ``celery``: ``TANGRAM_SCHEDULER=fcfs-min``, every action at one core, strict FIFO.
-
-Test runs emulate their work by sleeping T1/S(m) for the m cores they really got (see
-:mod:`tangram_celery.bench.emulation`); exec actions sleep their duration on one core.
-"""
+"""One system's run of the batch on a fresh local cluster: the rollouts, their records, the
+scheduler's reported decisions."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 import redis
 
-from tangram_celery.action import Action, ActionResult
-from tangram_celery.bench.emulation import emulated_exec, emulated_test_run
+from tangram_celery.action import ActionResult
+from tangram_celery.bench.elastic.actions import Step, scheduler_for, steps_for
 from tangram_celery.client import TangramClient
 from tangram_celery.pools.registry import Registry
 from tangram_celery.settings import Settings
 from tangram_celery.sim.record import ActionRecord, RunResult
 from tangram_celery.stack.broker import embedded_redis
 from tangram_celery.stack.demo import DemoConfig, local_cluster
-from tangram_celery.workloads import CodingParams, Workload, coding
+from tangram_celery.workloads import Workload
 from tangram_celery.workloads.model import ActionSpec
-
-REAL_PARAMS = CodingParams(
-    turns=(2, 4), think_median_s=0.3, think_sigma=0.5, exec_median_s=0.05, exec_sigma=1.0,
-    exec_range_s=(0.001, 1.0), test_median_s=2.5, test_sigma=0.5, test_range_s=(0.5, 10.0),
-)
-"""The AI-coding shape scaled to a laptop: fewer turns, shorter think and exec, short tests."""
-TRAJECTORY_MEMORY_MB = 128.0
-"""Memory each emulated trajectory reserves on its node (its actions only sleep), so that a
-node's default memory holds dozens of trajectories."""
-
-
-@dataclass(frozen=True)
-class Step:
-    """One step of a trajectory: think for ``think_s``, then run ``action``."""
-
-    think_s: float
-    action: Action
-
-
-def real_workload(batch: int, seed: int, cores: int) -> Workload:
-    """The seeded AI-coding batch at the real-stack scale, test runs over 1..cores."""
-    return coding(batch, seed, replace(REAL_PARAMS, max_units=cores))
-
-
-WORKER_SCHEDULERS = {"robust": "robust", "ersa": "elastic"}
-"""The node worker's ``TANGRAM_SCHEDULER`` for each simulator policy the real stack can run."""
-
-
-def scheduler_for(system: str) -> str:
-    """The node scheduler (``TANGRAM_SCHEDULER``) a real-stack system runs with: ``tangram`` the
-    default one, ``tangram:ersa`` the paper's allocator (as fixed DoP does), ``celery`` FIFO."""
-    if system == "celery":
-        return "fcfs-min"
-    if system == "tangram":
-        return Settings.from_env({}).scheduler
-    if system.startswith("tangram:") and system.split(":", 1)[1] in WORKER_SCHEDULERS:
-        return WORKER_SCHEDULERS[system.split(":", 1)[1]]
-    if re.fullmatch(r"fixed-dop-\d+", system):
-        return "elastic"
-    raise ValueError(f"the real stack runs tangram, tangram:{{{','.join(WORKER_SCHEDULERS)}}}, "
-                     f"fixed-dop-<k> or celery, not {system!r}")
-
-
-def action_for(spec: ActionSpec, trajectory_id: str, system: str, cores: int) -> Action:
-    """The emulated action of ``spec`` as ``system`` submits it."""
-    if spec.kind != "test_run":
-        action = emulated_exec(trajectory_id, spec.t1)
-    else:
-        fixed = re.fullmatch(r"fixed-dop-(\d+)", system)
-        low = min(int(fixed.group(1)), cores) if fixed else 1
-        high = low if fixed else cores
-        action = emulated_test_run(trajectory_id, round(spec.t1, 3), round(spec.parallel, 3),
-                                   high, min_units=low)
-    return replace(action, trajectory_memory_mb=TRAJECTORY_MEMORY_MB)
-
-
-def steps_for(workload: Workload, system: str, cores: int, tag: str) -> list[list[Step]]:
-    """Every trajectory's steps, with ids made unique by ``tag``."""
-    return [
-        [Step(spec.think_s, action_for(spec, f"{tag}-{t.id}", system, cores))
-         for spec in t.actions]
-        for t in workload.trajectories
-    ]
 
 
 async def _rollout(client: TangramClient, steps: list[Step],
@@ -199,14 +115,3 @@ def run_real(workload: Workload, system: str, cores: int, point: dict[str, objec
         raise RuntimeError(f"{len(failed)} actions failed on the real stack, e.g. "
                            f"{failed[0].action_id}: {failed[0].error}")
     return result
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``tangram bench coding --mode real`` with this module's defaults."""
-    from tangram_celery.bench.suite import main as suite_main
-
-    return suite_main(["coding", "--mode", "real", *(argv or sys.argv[1:])])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

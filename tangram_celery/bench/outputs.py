@@ -1,0 +1,125 @@
+"""The outputs of ``tangram bench``: every action's ACT parts, the summaries, the report section
+and its plots, ``results.md`` rebuilt, and the README's results block."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from tangram_celery.bench import plots
+from tangram_celery.bench.mopd_real import report_notes, setup_text
+from tangram_celery.bench.plan import Point, headline
+from tangram_celery.bench.report import Section, index, section, write_readme
+from tangram_celery.bench.resolve import Plan, gpu_config, physics
+from tangram_celery.bench.summary import Summary
+from tangram_celery.bench.tables import gpu_parity
+from tangram_celery.sim.record import RunResult
+
+FIELDS = ("trajectory", "index", "kind", "node", "units", "submitted", "started", "finished",
+          "queue", "exec", "overhead", "total")
+
+
+def write(args: argparse.Namespace, command: str, plan: Plan, results: list[RunResult],
+           summaries: list[Summary]) -> None:
+    name = "-".join(part for part in (args.workload, args.mode, args.sweep, args.tag) if part)
+    folder = args.out / "bench"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.actions.json").write_text(json.dumps(actions_json(results)))
+    (folder / f"{name}.json").write_text(json.dumps([asdict(s) for s in summaries], indent=1))
+    chosen = headline(plan.points, plan.base, args.sweep).as_dict()
+    top = [s for s in summaries if s.point == chosen]
+    plotted = _plots(folder, name, args.sweep, plan.presets, results, summaries, chosen)
+    setup = _setup(args, plan.points, results)
+    notes = _notes(args, plan, summaries, results)
+    text = section(Section(name, command, setup, tuple(plan.presets), args.sweep, top,
+                           summaries, plotted, notes))
+    (folder / f"{name}.md").write_text(text + "\n")
+    sections = {path.stem: path.read_text() for path in sorted(folder.glob("*.md"))}
+    (args.out / "results.md").write_text(index(sections))
+    readme = args.out.parent / "README.md"
+    if readme.is_file() and write_readme(readme, folder):
+        print(f"updated the results block of {readme}", file=sys.stderr)
+    print(text)
+
+
+def _notes(args: argparse.Namespace, plan: Plan, summaries: list[Summary],
+           results: list[RunResult]) -> tuple[str, ...]:
+    if args.mode == "real" and args.workload == "mopd":
+        return report_notes(gpu_config(args, plan.base), summaries, results)
+    if args.sweep == "gpus":
+        return tuple(gpu_parity(summaries, preset) for preset in plan.presets)
+    if args.mode == "real":
+        return ("*simulated, same workload and node*: the simulator on one node of the same "
+                "cores, the same seeded workload, with the control-plane costs (tangram's "
+                "measured per-action dispatch cost), to compare the orderings like with like.",)
+    return ()
+
+
+def _plots(folder: Path, name: str, sweep: str | None, presets: list[str],
+           results: list[RunResult], summaries: list[Summary],
+           chosen: dict[str, object]) -> dict[str, str]:
+    first = presets[0]
+    picked = [r for r, s in zip(results, summaries, strict=True)
+              if s.point == chosen and s.costs == first]
+    made: dict[str, str] = {}
+    if not picked:
+        return made
+    cdf = folder / f"{name}-cdf.png"
+    plots.act_cdf({r.system: acts_by_kind(r) for r in picked}, cdf,
+                  f"{name}: ACT CDF ({first}, {chosen})")
+    made["ACT CDF"] = f"bench/{cdf.name}"
+    bars = folder / f"{name}-breakdown.png"
+    plots.breakdown([s for s in summaries if s.point == chosen and s.costs == first], bars,
+                    f"{name}: ACT breakdown ({first})")
+    made["ACT breakdown"] = f"bench/{bars.name}"
+    if sweep:
+        line = folder / f"{name}-sweep.png"
+        plots.sweep([s for s in summaries if s.costs == first], sweep, line,
+                    f"{name}: against {sweep} ({first})")
+        made[f"ACT against {sweep}"] = f"bench/{line.name}"
+    return made
+
+
+def _setup(args: argparse.Namespace, all_points: list[Point],
+           results: list[RunResult]) -> str:
+    wall = sum(r.wall_s for r in results)
+    if args.mode == "real" and args.workload == "mopd":
+        return setup_text(gpu_config(args, all_points[0]), all_points, args.seed, results)
+    if args.mode == "real":
+        return (f"Real stack on this machine: one CPU node worker with {all_points[0].cores} "
+                "emulated cores (units are real exclusive allocations; work is emulated by "
+                f"sleeping T1/S(m)), Celery + Redis + bubblewrap sandboxes; seed {args.seed}; "
+                f"{len(results)} runs in {wall:.0f} s.")
+    cluster = all_points[0].cluster(physics(args))
+    rows = "\n".join(f"| {flag} | {value} | {source} |"
+                     for flag, value, source in cluster.physics())
+    return (f"Simulated: CPU nodes of 256 cores, GPU nodes of 8 x 80 GB GPUs; workload "
+            f"`{args.workload}`, seed {args.seed}; points "
+            f"{[p.as_dict() for p in all_points]}; {len(results)} runs in {wall:.0f} s of "
+            "simulation wall time on this machine.\n\nPhysical costs (charged in every "
+            "preset):\n\n| flag | value | source |\n| --- | --- | --- |\n" + rows)
+
+
+def acts_by_kind(result: RunResult) -> dict[str, list[float]]:
+    """A run's ACTs per action kind."""
+    acts: dict[str, list[float]] = {}
+    for record in result.records:
+        acts.setdefault(record.kind, []).append(record.total)
+    return acts
+
+
+def actions_json(results: Sequence[RunResult]) -> dict[str, Any]:
+    """Every action's ACT parts per run, as rows under ``fields``."""
+    runs = []
+    for result in results:
+        rows = [[r.trajectory, r.index, r.kind, r.node, r.units, round(r.submitted, 6),
+                 round(r.started, 6), round(r.finished, 6), round(r.queue, 6), round(r.exec, 6),
+                 round(r.overhead, 6), round(r.total, 6)] for r in result.records]
+        runs.append({"system": result.system, "costs": result.costs, "point": result.point,
+                     "actions": rows})
+    return {"fields": list(FIELDS), "runs": runs}

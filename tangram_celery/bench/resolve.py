@@ -1,0 +1,125 @@
+"""Argument resolution of ``tangram bench``: the plan of an invocation (its points, systems,
+presets and workload per point), checked against the cluster each point describes."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tangram_celery.bench import mopd_real
+from tangram_celery.bench.elastic import real_workload
+from tangram_celery.bench.mopd_real import RealGpuConfig
+from tangram_celery.bench.plan import Point, points, workload_at
+from tangram_celery.sim.cluster import Cluster
+from tangram_celery.sim.costs import PRESETS
+from tangram_celery.sim.systems import DEFAULT_SYSTEMS, system
+from tangram_celery.workloads import Workload, read_trace
+
+REAL_SYSTEMS = ("tangram", "tangram:ersa", "fixed-dop-4", "celery")
+REAL_GPU_SYSTEMS = ("tangram", "tangram:ersa", "celery", "static")
+"""The systems of ``mopd --mode real`` (:data:`tangram_celery.bench.mopd_real.SYSTEMS`)."""
+REAL_WORKLOADS = ("coding", "mopd")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to run: the points (and the base they vary), the systems, the cost presets."""
+
+    points: list[Point]
+    base: Point
+    systems: list[str]
+    presets: list[str]
+    workload: Callable[[Point], Workload]
+
+
+def resolve(args: argparse.Namespace) -> Plan:
+    """The plan of an invocation; ValueError names what is wrong with the arguments."""
+    real = args.mode == "real"
+    if real and args.workload not in REAL_WORKLOADS:
+        raise ValueError(f"the real-stack mode runs the {' and '.join(REAL_WORKLOADS)} "
+                         "workloads")
+    gpu_real = real and args.workload == "mopd"
+    if (args.time_scale is not None or args.think_scale is not None) and not gpu_real:
+        raise ValueError("--time-scale and --think-scale apply to mopd --mode real only")
+    if gpu_real and args.sweep in ("cores", "parallel"):
+        raise ValueError(f"mopd --mode real sweeps batch or gpus, not {args.sweep}")
+    batch, gpus = (8 if real else 1280), 40
+    if gpu_real:
+        batch, gpus = mopd_real.DEFAULT_BATCH, mopd_real.DEFAULT_GPUS
+    for flag in ("batch", "cores", "gpus"):
+        given = getattr(args, flag)
+        if given is not None and given <= 0:
+            raise ValueError(f"--{flag} must be a positive integer, not {given}")
+    base = Point(batch=args.batch or batch, cores=args.cores or (8 if real else 1280),
+                 gpus=args.gpus or gpus)
+    planned = points(base, args.sweep, sweep_values(args.points, args.sweep))
+    for point in planned:  # ValueError names a point the cluster cannot have
+        if gpu_real:
+            gpu_config(args, point)
+        elif not real:
+            point.cluster(physics(args))
+    default = REAL_GPU_SYSTEMS if gpu_real else REAL_SYSTEMS if real else DEFAULT_SYSTEMS
+    systems = [name.strip() for name in args.systems.split(",")] if args.systems else list(
+        default)
+    for name in systems:
+        system(name, args.policy)  # ValueError names an unknown system or policy
+    presets = ["real", "sim"] if real else args.costs.split(",")
+    unknown = [p for p in presets if p not in PRESETS and not real]
+    if unknown:
+        raise ValueError(f"unknown cost presets {unknown}; use sched and/or cp")
+    if args.workload == "trace" and args.trace is None:
+        raise ValueError("give --trace FILE for the trace workload")
+    if args.workload == "trace" and args.sweep in ("batch", "parallel"):
+        raise ValueError(f"a trace's size and shape are fixed: --sweep {args.sweep} does not "
+                         "apply; sweep cores or gpus")
+    trace = read_trace(args.trace) if args.workload == "trace" else None
+
+    def workload(point: Point) -> Workload:
+        if gpu_real:
+            config = gpu_config(args, point)
+            return mopd_real.real_workload(point.batch, args.seed, config.time_scale,
+                                           config.think_scale)
+        if real:
+            return real_workload(point.batch, args.seed, point.cores)
+        return workload_at(args.workload, point, args.seed, trace)
+
+    return Plan(planned, base, systems, presets, workload)
+
+
+def sweep_values(text: str | None, sweep: str | None) -> tuple[float, ...] | None:
+    """The values of ``--points`` (None: the sweep's own); ValueError names a bad one."""
+    if not text:
+        return None
+    if sweep is None:
+        raise ValueError("--points gives the values of a sweep: add --sweep")
+    values = []
+    for part in text.split(","):
+        try:
+            value = float(part)
+        except ValueError:
+            raise ValueError(f"--points: {part.strip()!r} is not a number") from None
+        if sweep == "parallel" and not 0 <= value <= 1:
+            raise ValueError(f"--points: parallel fractions lie in [0, 1], not {part.strip()}")
+        if sweep != "parallel" and (value <= 0 or not value.is_integer()):
+            raise ValueError(f"--points: {sweep} values are positive integers, not "
+                             f"{part.strip()}")
+        values.append(value)
+    return tuple(values)
+
+
+def gpu_config(args: argparse.Namespace, point: Point) -> RealGpuConfig:
+    """The emulated hardware of ``mopd --mode real`` at ``point``."""
+    given = physics(args)
+    scale = mopd_real.DEFAULT_TIME_SCALE if args.time_scale is None else args.time_scale
+    think = mopd_real.DEFAULT_THINK_SCALE if args.think_scale is None else args.think_scale
+    return mopd_real.RealGpuConfig(
+        gpus=point.gpus, time_scale=scale, think_scale=think,
+        load_init_s=given.get("load_init_s", Cluster.load_init_s),
+        restore_gbps=given.get("restore_gbps", Cluster.restore_gbps))
+
+
+def physics(args: argparse.Namespace) -> dict[str, float]:
+    """The physical-cost flags given on the command line."""
+    given = {"load_init_s": args.load_init_s, "restore_gbps": args.restore_gbps}
+    return {k: v for k, v in given.items() if v is not None}

@@ -1,1 +1,2 @@
-"""Pool autoscaling: a pure sizing policy, actuators that apply it, and the controller loop."""
+"""Pool autoscaling: a pure sizing policy, the work predicted for queued actions, actuators that
+apply the policy, and the controller loop."""

@@ -2,22 +2,18 @@
 
     from tangram_celery.client import TangramClient, code_action, test_run_action
 
-The client validates, stamps, routes and publishes actions (:mod:`.client`), waits for their
-results without polling (:mod:`.waiter`) and publishes again what the broker lost
-(:mod:`.recovery`). Routing is a pure decision (:mod:`.routing`).
+The client validates, stamps, routes and publishes actions (:mod:`.client`; the common ones are
+built by :mod:`.actions`), waits for their results without polling (:mod:`.waiter`), and
+publishes again what the broker lost (:mod:`.inflight`, with the pure rules in
+:mod:`.recovery`). Routing is one pure decision (:mod:`.routing`) behind its Redis edge
+(:mod:`.router`).
 
 May import the ground floor, ``managers``, ``tasks``, ``pools`` (the registry and the views the
 pools publish) and ``observe``; never the stack, the autoscaler or the benchmarks.
 """
 
-from tangram_celery.client.client import (
-    ActionHandle,
-    TangramClient,
-    broker_error,
-    code_action,
-    command_action,
-    test_run_action,
-)
+from tangram_celery.client.actions import code_action, command_action, test_run_action
+from tangram_celery.client.client import ActionHandle, TangramClient, broker_error
 
 __all__ = [
     "ActionHandle",

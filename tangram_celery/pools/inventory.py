@@ -24,8 +24,7 @@ import redis
 from tangram_celery import keys
 from tangram_celery.keys import DEFAULT_GPU_POOL
 from tangram_celery.managers.basic import ApiSpec, parse_api_limits
-from tangram_celery.pools.registry import Registry
-from tangram_celery.pools.routing import NodeView
+from tangram_celery.pools.registry import NodeView, Registry
 from tangram_celery.settings import Settings
 from tangram_celery.tasks.actlog import pool_of_queue
 from tangram_celery.tasks.app import celery_config

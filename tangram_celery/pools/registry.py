@@ -9,12 +9,41 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import redis
 
 from tangram_celery import keys
-from tangram_celery.pools.routing import NodeView, choose_node
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What the registry holds of one CPU node: its size, reservations and liveness."""
+
+    name: str
+    cores: int
+    free_cores: int
+    memory_mb: float
+    reserved_mb: float
+    alive: bool = True
+    trajectories: int = 0
+    """Trajectories pinned to the node now."""
+    starting: bool = False
+    """Announced by an autoscaler that is starting it; its worker has not registered yet."""
+
+    @property
+    def free_memory_mb(self) -> float:
+        """Memory not yet reserved by pinned trajectories."""
+        return self.memory_mb - self.reserved_mb
+
+    def trajectory_load_after(self) -> float:
+        """Pinned trajectories per core once one more is placed on the node."""
+        return (self.trajectories + 1) / self.cores if self.cores > 0 else float("inf")
+
+    def memory_load_after(self, extra_mb: float) -> float:
+        """Fraction of the node's memory reserved once ``extra_mb`` more is placed on it."""
+        return (self.reserved_mb + extra_mb) / self.memory_mb if self.memory_mb > 0 else 1.0
 
 PIN_SCRIPT = """
 local current = redis.call('GET', KEYS[1])
@@ -134,30 +163,28 @@ class Registry:
         raw = self._redis.get(keys.trajectory_pin(trajectory_id))
         return _text(raw) if raw is not None else None
 
-    def pin(self, trajectory_id: str, cores: int, memory_mb: float) -> str:
-        """The trajectory's node: its existing pin while that node lives, else a new choice.
+    def pin(self, trajectory_id: str, node: str, memory_mb: float) -> str:
+        """Pin a trajectory to ``node``, reserving ``memory_mb`` there, unless it is pinned
+        already; returns the node it is pinned to (another client's choice wins a race).
 
-        The choice and the memory reservation are made atomically, so concurrent clients agree.
+        The check and the reservation are one atomic script, so concurrent clients agree and the
+        memory is reserved once. Choosing the node is the routing decision's
+        (:func:`tangram_celery.client.routing.route`).
         """
-        current = self.pinned_node(trajectory_id)
-        views = self.nodes()
-        alive = {v.name for v in views if v.alive}
-        if current is not None and current in alive:
-            self._redis.expire(keys.trajectory_pin(trajectory_id), self._trajectory_ttl_s)
-            return current
-        if current is not None:
-            self.unpin(trajectory_id)
-        chosen = choose_node(views, cores, memory_mb)
         result = self._pin(
             keys=[
                 keys.trajectory_pin(trajectory_id),
                 keys.trajectory_memory(trajectory_id),
-                keys.node(chosen),
-                keys.node_trajectories(chosen),
+                keys.node(node),
+                keys.node_trajectories(node),
             ],
-            args=[chosen, memory_mb, self._trajectory_ttl_s, trajectory_id],
+            args=[node, memory_mb, self._trajectory_ttl_s, trajectory_id],
         )
         return result.decode() if isinstance(result, bytes) else str(result)
+
+    def refresh_pin(self, trajectory_id: str) -> None:
+        """Keep a trajectory's pin for another ``trajectory_ttl_s`` seconds."""
+        self._redis.expire(keys.trajectory_pin(trajectory_id), self._trajectory_ttl_s)
 
     def unpin(self, trajectory_id: str) -> str | None:
         """Drop a trajectory's pin and give its memory back; returns the node it was on."""

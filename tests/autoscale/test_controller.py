@@ -31,8 +31,7 @@ from tangram_celery.bench.emulation import emulated_exec, emulated_test_run
 from tangram_celery.client import TangramClient
 from tangram_celery.errors import ConfigError
 from tangram_celery.pools.inventory import Inventory, QueueDepth, read_inventory
-from tangram_celery.pools.registry import Registry
-from tangram_celery.pools.routing import NodeView
+from tangram_celery.pools.registry import NodeView, Registry
 from tangram_celery.settings import Settings
 from tangram_celery.tasks.actlog import ActRecord
 

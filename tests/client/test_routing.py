@@ -1,12 +1,23 @@
-"""Routing policy as plain-data tables."""
+"""The routing decision as plain-data tables: placement, queues and what is refused."""
 
 from __future__ import annotations
 
 import pytest
 
-from tangram_celery.action import parse_action
-from tangram_celery.errors import NoCapacityError, RoutingError
-from tangram_celery.pools.routing import NodeView, choose_node, queue_for, trajectory_memory_mb
+from tangram_celery.action import Action, ActionLimits, parse_action
+from tangram_celery.client.routing import (
+    Pin,
+    Route,
+    RoutingInputs,
+    choose_node,
+    queue_for,
+    route,
+    trajectory_memory_mb,
+)
+from tangram_celery.errors import NoCapacityError, RoutingError, ValidationError
+from tangram_celery.managers.basic import parse_api_limits
+from tangram_celery.pools.inventory import GpuPoolView
+from tangram_celery.pools.registry import NodeView
 
 
 def node(name: str, free: int, reserved: float, cores: int = 4, memory: float = 1000,
@@ -62,3 +73,78 @@ def test_trajectory_memory() -> None:
     big = parse_action({"trajectory_id": "t", "kind": "exec", "payload": {"cmd": "ls"},
                         "cost": {"memory_mb": 2048}})
     assert trajectory_memory_mb(big, 512) == 2048
+
+
+def cpu(trajectory: str = "t", cores: int | list[int] = 1, memory: float = 100) -> Action:
+    return parse_action({"trajectory_id": trajectory, "kind": "exec", "payload": {"cmd": "ls"},
+                         "cost": {"cpu": cores}, "trajectory_memory_mb": memory})
+
+
+LIVE = (node("a", 4, 0), node("b", 4, 500))
+ROUTES = [
+    ("a live pin is kept, nothing to store", cpu(), RoutingInputs(LIVE, pin="b"),
+     Route("tangram.cpu.b", "b")),
+    ("no pin: placed on the least loaded node, pin to store", cpu(), RoutingInputs(LIVE),
+     Route("tangram.cpu.a", "a", Pin("a", 100))),
+    ("a pin on a dead node moves, the stale pin named",
+     cpu(), RoutingInputs((node("a", 4, 0, alive=False), node("b", 4, 0)), pin="a"),
+     Route("tangram.cpu.b", "b", Pin("b", 100, stale="a"))),
+    ("a pin on a node missing from the views moves", cpu(), RoutingInputs(LIVE, pin="gone"),
+     Route("tangram.cpu.a", "a", Pin("a", 100, stale="gone"))),
+    ("the memory hint defaults to the setting",
+     parse_action({"trajectory_id": "t", "kind": "exec", "payload": {"cmd": "ls"}}),
+     RoutingInputs(LIVE, default_memory_mb=300), Route("tangram.cpu.a", "a", Pin("a", 300))),
+    ("an elastic minimum is what must fit", cpu(cores=[2, 64]), RoutingInputs(LIVE, pin="a"),
+     Route("tangram.cpu.a", "a")),
+    ("a reward goes to its pool's queue",
+     parse_action({"trajectory_id": "t", "kind": "reward", "payload": {"model": "m"},
+                   "cost": {"gpu": 1}}),
+     RoutingInputs(gpu_pool=GpuPoolView("default", 4, 4, True, models=("m",))),
+     Route("tangram.gpu.default")),
+    ("a reward is not checked against a pool that publishes nothing",
+     parse_action({"trajectory_id": "t", "kind": "reward", "payload": {"model": "x"},
+                   "cost": {"gpu": 8}}),
+     RoutingInputs(), Route("tangram.gpu.default")),
+    ("an API call goes to its API's queue",
+     parse_action({"trajectory_id": "t", "kind": "api", "payload": {"path": "/q"},
+                   "cost": {"api:search": 1}}, ActionLimits(apis=frozenset({"search"}))),
+     RoutingInputs(apis=parse_api_limits("search=url:http://127.0.0.1:9,concurrency:2")),
+     Route("tangram.api.search")),
+]
+
+
+@pytest.mark.parametrize(("name", "action", "inputs", "expected"), ROUTES,
+                         ids=[r[0] for r in ROUTES])
+def test_route(name: str, action: Action, inputs: RoutingInputs, expected: Route) -> None:
+    assert route(action, inputs) == expected
+
+
+REFUSED = [
+    ("more cores than the pinned node has", cpu(cores=8), RoutingInputs(LIVE, pin="a"),
+     NoCapacityError, "node a, which has 4"),
+    ("no live node has the memory", cpu(memory=5000), RoutingInputs(LIVE),
+     NoCapacityError, "5000 MB free"),
+    ("a model the pool does not serve",
+     parse_action({"trajectory_id": "t", "kind": "reward", "payload": {"model": "x"},
+                   "cost": {"gpu": 1}}),
+     RoutingInputs(gpu_pool=GpuPoolView("default", 4, 4, True, models=("m",))),
+     ValidationError, "unknown reward model"),
+    ("more GPUs than the pool has",
+     parse_action({"trajectory_id": "t", "kind": "reward", "payload": {"model": "m"},
+                   "cost": {"gpu": 8}}),
+     RoutingInputs(gpu_pool=GpuPoolView("default", 4, 4, True, models=("m",))),
+     NoCapacityError, "GPU pool 'default' has 4"),
+    ("more of an API than it grants at once",
+     parse_action({"trajectory_id": "t", "kind": "api", "payload": {"path": "/q"},
+                   "cost": {"api:search": 3}}, ActionLimits(apis=frozenset({"search"}))),
+     RoutingInputs(apis=parse_api_limits("search=url:http://127.0.0.1:9,concurrency:2")),
+     ValidationError, "at once"),
+]
+
+
+@pytest.mark.parametrize(("name", "action", "inputs", "error", "match"), REFUSED,
+                         ids=[r[0] for r in REFUSED])
+def test_route_refuses_what_no_pool_can_run(name: str, action: Action, inputs: RoutingInputs,
+                                            error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        route(action, inputs)

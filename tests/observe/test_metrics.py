@@ -30,8 +30,7 @@ from tangram_celery.pools.inventory import (
     routing_key_of_unacked,
     unacked_by_queue,
 )
-from tangram_celery.pools.registry import Registry
-from tangram_celery.pools.routing import NodeView
+from tangram_celery.pools.registry import NodeView, Registry
 from tangram_celery.settings import Settings
 from tangram_celery.tasks.actlog import ActRecord, act_record, pool_of_queue, worker_view
 from tangram_celery.tasks.app import celery_config, make_app

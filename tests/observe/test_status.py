@@ -26,7 +26,7 @@ from tangram_celery.pools.inventory import (
     QueueDepth,
     Resident,
 )
-from tangram_celery.pools.routing import NodeView
+from tangram_celery.pools.registry import NodeView
 from tangram_celery.settings import Settings
 from tangram_celery.tasks.app import make_app
 

@@ -22,8 +22,8 @@ from tangram_celery import keys
 from tangram_celery.action import ActionLimits, parse_action
 from tangram_celery.bench.ratelimited import RateLimitedService, ServiceLimits
 from tangram_celery.client import TangramClient
+from tangram_celery.client.routing import queue_for
 from tangram_celery.pools.api_pool import api_action, spawn_api_worker, wait_for_worker, worker_name
-from tangram_celery.pools.routing import queue_for
 from tangram_celery.processes import stop_process
 from tangram_celery.settings import Settings
 from tangram_celery.tasks.app import celery_config, make_app

@@ -8,7 +8,7 @@ cannot simply be killed. Scaling down picks the member with the fewest pinned tr
 drains it:
 
 1. it stops taking *new* trajectories: the actuator sets the node's advertised ``memory_mb`` to 0
-   in its registry hash, so :func:`tangram_celery.pools.routing.choose_node` never picks it, while
+   in its registry hash, so :func:`tangram_celery.client.routing.choose_node` never picks it, while
    trajectories already pinned there keep their pin (the heartbeat refreshes only
    ``heartbeat`` and ``free_cores``);
 2. it keeps serving its pinned trajectories until every one has ended (its

@@ -1,0 +1,107 @@
+"""The routing decision's Redis edge: gather its inputs, decide once, store the pin it chose.
+
+For each submitted action the :class:`Router` reads what :func:`~.routing.route` needs (the
+trajectory's pin and the CPU nodes, or the GPU pool's published view), calls it once, and then
+stores the new pin, if the decision made one. Reads are cached briefly, as a training loop
+submits many actions of one trajectory in a row: a pin for ``PIN_CACHE_S`` (a trajectory's
+actions then cost no Redis read), the node views until an action needs more cores than they
+show for its node, a GPU pool's view for ``GPU_POOL_CACHE_S``.
+
+Pinning is atomic in Redis. When another client pinned the same trajectory between this one's
+read and its write, the other client's node wins and the action is routed there instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import redis
+
+from tangram_celery import keys
+from tangram_celery.action import Action
+from tangram_celery.client.routing import Route, RoutingInputs, gpu_pool_of, on_node, route
+from tangram_celery.managers.basic import parse_api_limits
+from tangram_celery.pools.inventory import GpuPoolView, gpu_pool_view
+from tangram_celery.pools.registry import NodeView, Registry
+from tangram_celery.settings import Settings
+
+PIN_CACHE_S = 1.0
+GPU_POOL_CACHE_S = 5.0
+
+
+class Router:
+    """Routes actions with :func:`~.routing.route` over what one Redis holds."""
+
+    def __init__(self, client: redis.Redis, settings: Settings,
+                 pin_cache_s: float = PIN_CACHE_S) -> None:
+        self.registry = Registry(client, settings.node_ttl_s, settings.trajectory_ttl_s)
+        self._redis = client
+        self._node_ttl_s = settings.node_ttl_s
+        self._pin_cache_s = pin_cache_s
+        self._base = RoutingInputs(apis=parse_api_limits(settings.api_limits),
+                                   default_memory_mb=settings.trajectory_memory_mb)
+        self._pins: dict[str, tuple[str, float]] = {}
+        self._nodes: tuple[NodeView, ...] = ()
+        self._gpu_pools: dict[str, tuple[GpuPoolView | None, float]] = {}
+
+    def route(self, action: Action) -> Route:
+        """The route of ``action``, its trajectory pinned in Redis when it had no live pin.
+
+        Raises what :func:`~.routing.route` raises, and ``redis.RedisError`` when Redis does
+        not answer.
+        """
+        inputs, read_pin = self._gather(action)
+        decided = route(action, inputs)
+        if decided.pin is None:
+            if read_pin:
+                self.registry.refresh_pin(action.trajectory_id)
+            return decided
+        return self._store_pin(action, inputs, decided)
+
+    def forget(self, trajectory_id: str) -> None:
+        """Drop the cached pin of a trajectory that ended."""
+        self._pins.pop(trajectory_id, None)
+
+    def _gather(self, action: Action) -> tuple[RoutingInputs, bool]:
+        """The decision's inputs for ``action``, and whether its pin was read from Redis now."""
+        if action.pool == "gpu":
+            pool = self._gpu_pool(gpu_pool_of(action))
+            return dataclasses.replace(self._base, gpu_pool=pool), False
+        if action.pool != "cpu":
+            return self._base, False
+        cached = self._pins.get(action.trajectory_id)
+        if cached is not None and time.monotonic() - cached[1] < self._pin_cache_s:
+            if self._cores(cached[0]) < action.units().min:
+                self._nodes = tuple(self.registry.nodes())
+            return dataclasses.replace(self._base, nodes=self._nodes, pin=cached[0]), False
+        pin = self.registry.pinned_node(action.trajectory_id)
+        self._nodes = tuple(self.registry.nodes())
+        if pin is not None:
+            self._pins[action.trajectory_id] = (pin, time.monotonic())
+        return dataclasses.replace(self._base, nodes=self._nodes, pin=pin), pin is not None
+
+    def _store_pin(self, action: Action, inputs: RoutingInputs, decided: Route) -> Route:
+        assert decided.pin is not None
+        trajectory = action.trajectory_id
+        if decided.pin.stale is not None:
+            self.registry.unpin(trajectory)
+        stored = self.registry.pin(trajectory, decided.pin.node, decided.pin.memory_mb)
+        self._pins[trajectory] = (stored, time.monotonic())
+        if stored == decided.pin.node:
+            return decided
+        return on_node(action, stored, inputs.nodes)
+
+    def _cores(self, node: str) -> int:
+        return next((view.cores for view in self._nodes if view.name == node), 0)
+
+    def _gpu_pool(self, name: str) -> GpuPoolView | None:
+        """What GPU pool ``name`` publishes (cached a few seconds), if anything."""
+        cached = self._gpu_pools.get(name)
+        now = time.monotonic()
+        if cached is not None and now - cached[1] < GPU_POOL_CACHE_S:
+            return cached[0]
+        raw = self._redis.hgetall(keys.gpu_pool(name))
+        view = gpu_pool_view(name, raw, time.time(), self._node_ttl_s) if raw else None
+        self._gpu_pools[name] = (view, now)
+        return view

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 
 import pytest
 import redis
-from kombu import Connection
 
 from tangram_celery import keys
 from tangram_celery.client import TangramClient, command_action
@@ -18,7 +16,6 @@ from tangram_celery.client.recovery import audit, broker_action_ids
 from tangram_celery.errors import ActionTimeout
 from tangram_celery.pools.registry import Registry
 from tangram_celery.settings import Settings
-from tangram_celery.tasks.app import consumer_connection_errors
 from tests.conftest import CpuWorkers
 
 AUDIT_CASES = [
@@ -91,27 +88,6 @@ def test_an_action_lost_in_transit_is_published_again_and_runs_once(
     assert all(r.attempts == 1 for r in results)
     assert int(redis_client.get(keys.REPUBLISHED_ACTIONS) or 0) == 1
     assert redis_client.get(keys.DUPLICATE_RESULTS) is None
-
-
-def test_worker_consumer_logs_an_ack_over_a_connection_a_restart_broke(
-    settings: Settings, caplog: pytest.LogCaptureFixture,
-) -> None:
-    """A task that finishes after a broker restart acks over its old channel, whose connection
-    kombu has dropped (and with it the channel's pool): kombu raises AttributeError there, which
-    ended the worker (seen in the broker-restart chaos test). Tangram's consumer counts it as a
-    connection error, so Celery's ack logs it instead."""
-    with Connection(settings.redis_url) as connection:
-        errors = consumer_connection_errors(connection.connection_errors)
-        queue = connection.SimpleQueue("tangram.test.stale-channel")
-        queue.put({"n": 1})
-        message = queue.get(timeout=5)
-        connection.release()
-        message.channel._pool = None  # what kombu's disconnect handler leaves behind
-        with pytest.raises(AttributeError):
-            message.ack()
-        message._state = "RECEIVED"
-        message.ack_log_error(logging.getLogger("test"), errors)
-    assert "Couldn't ack" in caplog.text
 
 
 def test_actions_stranded_on_a_dead_node_are_answered_node_lost(

@@ -10,6 +10,8 @@ data that round-trips through JSON; :func:`parse_action` is the one gate every m
   :class:`Amount`, :class:`Elasticity` and :class:`Action`.
 * :mod:`tangram_celery.action.parsing`: :func:`parse_action` and the parsers of its parts.
 * :mod:`tangram_celery.action.result`: :class:`Timings` and :class:`ActionResult`.
+
+May import: the ground floor; of it, only ``errors``, since every other part reads actions.
 """
 
 from __future__ import annotations

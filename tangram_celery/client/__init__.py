@@ -8,8 +8,8 @@ publishes again what the broker lost (:mod:`.inflight`, with the pure rules in
 :mod:`.recovery`). Routing is one pure decision (:mod:`.routing`) behind its Redis edge
 (:mod:`.router`).
 
-May import the ground floor, ``managers``, ``tasks``, ``pools`` (the registry and the views the
-pools publish) and ``observe``; never the stack, the autoscaler or the benchmarks.
+May import: the ground floor, managers, tasks, pools and observe; never the stack, the autoscaler or
+the benchmarks.
 """
 
 from tangram_celery.client.actions import code_action, command_action, test_run_action

@@ -3,6 +3,6 @@
 Admission gates and their placement policies, the runtimes, the worker entry points and the
 Redis state they publish (the node registry, the pools' inventory).
 
-May import the ground floor, ``scheduling``, ``sandbox``, ``managers``, ``reward`` and
-``tasks``; never the client, the stack, the autoscaler or the benchmarks.
+May import: the ground floor, scheduling, sandbox, managers, reward and tasks; never the client, the
+stack, the autoscaler or the benchmarks.
 """

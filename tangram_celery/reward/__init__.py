@@ -9,4 +9,6 @@
   evict-on-execution GPU manager (:mod:`tangram_celery.managers.gpu`).
 
 Importing this package starts nothing and opens no connection.
+
+May import: the ground floor and managers.
 """

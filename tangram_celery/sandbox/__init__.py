@@ -4,6 +4,8 @@ Use :func:`make_backend` to get a backend by name: ``"bwrap"`` (the embedded bub
 the default) or ``"docker"`` (a container per trajectory, through a Docker engine). The
 interface (:class:`SandboxBackend`, :class:`ExecSpec`, :class:`ExecOutcome`,
 :class:`SandboxLimits`) is backend-neutral.
+
+May import: the ground floor; the pools drive the backends, never the other way round.
 """
 
 from __future__ import annotations

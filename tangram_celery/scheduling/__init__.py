@@ -12,6 +12,8 @@ discrete set such as {1, 2, 4, 8} gives itself, a fixed amount gives one count);
 come from `DurationModel.options((kind, key), allowed)`, or from a profiled T1 and E(m) with
 `options_from_elasticity` (T1 / (E(m) * m)); set `elastic=False` when the action declares no
 elasticity. Unknown durations (None) make the job inelastic: it is admitted at its minimum.
+
+May import: nothing of tangram_celery; it needs the standard library and numpy only.
 """
 
 from tangram_celery.scheduling.demand import Demand, DemandConfig, DemandTracker

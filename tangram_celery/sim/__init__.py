@@ -5,4 +5,7 @@
 (:func:`tangram_celery.scheduling.decide`) through a pluggable :class:`~.policy.Policy`; the
 static baselines are modelled in :mod:`.pods`, :mod:`.services` and :mod:`.quota`; every
 control-plane cost is a flag in :mod:`.costs`.
+
+May import: the ground floor, scheduling and workloads; never bench, so the simulator runs the same
+schedulers the pools run and nothing of the benchmark commands.
 """

@@ -2,5 +2,5 @@
 worker's consumer, exactly-once results and dead letters (the ledger), and the ACT log that
 every task execution appends to.
 
-May import the ground floor only (``settings``, ``errors``, ``keys``, ``action``).
+May import: the ground floor; clients and pools both stand on it.
 """

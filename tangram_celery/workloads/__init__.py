@@ -2,6 +2,8 @@
 
 ``build(name, batch, seed)`` makes a generated workload by name; :mod:`.trace` reads and writes
 the JSON Lines trace format so users can replay their own.
+
+May import: the ground floor; the simulator and the benchmarks read these workloads.
 """
 
 from __future__ import annotations

@@ -59,7 +59,8 @@ def run_from_args(triton_url: str, args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a server in the foreground until SIGINT or SIGTERM."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tangram_celery.reward.server",
+                                     description=__doc__.splitlines()[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
     if args.check:

@@ -20,6 +20,17 @@ from tangram_celery.errors import SandboxSpecError
 
 UNITS_ENV = "TANGRAM_UNITS"
 MB = 1024 * 1024
+INSIDE_WORKDIR = "/work"
+"""Where every backend shows a trajectory's work dir to its commands (also their home)."""
+BASE_ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME": INSIDE_WORKDIR,
+    "USER": "sandbox",
+    "LOGNAME": "sandbox",
+    "TMPDIR": "/tmp",  # nosec B108 # inside the sandbox: its private tmpfs
+    "LANG": "C.UTF-8",
+}
+"""The environment every sandboxed command starts from, on every backend."""
 
 
 @dataclass(frozen=True)

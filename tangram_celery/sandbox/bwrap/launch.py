@@ -16,13 +16,12 @@ import shutil
 from dataclasses import dataclass
 
 from tangram_celery.errors import SandboxSetupError
-from tangram_celery.sandbox.base import MB, ExecSpec, SandboxLimits
+from tangram_celery.sandbox.base import BASE_ENV, INSIDE_WORKDIR, MB, ExecSpec, SandboxLimits
 from tangram_celery.sandbox.bwrap.trajectory import Trajectory
 from tangram_celery.sandbox.cgroup import ActionCgroup, format_cpus
 from tangram_celery.sandbox.validation import sandbox_env
 
 INSIDE_UID = 1000
-INSIDE_WORKDIR = "/work"
 READY_MARKER = b"\x1etangram-sandbox-ready\x1e"
 SETUP_HELP = "run the README's setup command (it installs bubblewrap and util-linux)"
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
@@ -31,14 +30,6 @@ ETC_ALLOWLIST = (
     "alternatives", "python3", "python3.11", "protocols", "services", "mime.types",
     "os-release", "debian_version", "gai.conf", "host.conf", "ssl/certs", "ssl/openssl.cnf",
 )
-BASE_ENV = {
-    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-    "HOME": INSIDE_WORKDIR,
-    "USER": "sandbox",
-    "LOGNAME": "sandbox",
-    "TMPDIR": "/tmp",  # nosec B108 # inside the sandbox: its private tmpfs
-    "LANG": "C.UTF-8",
-}
 PASSWD = (
     "root:x:0:0:root:/nonexistent:/usr/sbin/nologin\n"
     f"sandbox:x:{INSIDE_UID}:{INSIDE_UID}:tangram sandbox:{INSIDE_WORKDIR}:/bin/sh\n"

@@ -18,7 +18,14 @@ from typing import Any
 import docker.errors
 
 from tangram_celery.errors import SandboxError, SandboxSetupError, SandboxSpecError
-from tangram_celery.sandbox.base import MB, ExecOutcome, ExecSpec, SandboxLimits
+from tangram_celery.sandbox.base import (
+    BASE_ENV,
+    INSIDE_WORKDIR,
+    MB,
+    ExecOutcome,
+    ExecSpec,
+    SandboxLimits,
+)
 from tangram_celery.sandbox.docker.engine import (
     API_ERRORS,
     DEFAULT_DOCKER_URL,
@@ -29,13 +36,7 @@ from tangram_celery.sandbox.docker.engine import (
     exec_exit_code,
 )
 from tangram_celery.sandbox.docker.exchange import Exchange, pump_socket, raw_socket, read_ahead
-from tangram_celery.sandbox.docker.options import (
-    BASE_ENV,
-    INSIDE_WORKDIR,
-    cpu_options,
-    idle_cpu_options,
-    seccomp_profile,
-)
+from tangram_celery.sandbox.docker.options import cpu_options, idle_cpu_options, seccomp_profile
 from tangram_celery.sandbox.docker.policy import WarmPoolPolicy
 from tangram_celery.sandbox.docker.pool import ContainerPool, Env, mark_broken
 from tangram_celery.sandbox.docker.protocol import (

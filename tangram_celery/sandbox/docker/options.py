@@ -14,25 +14,16 @@ from typing import Any
 import docker.types
 
 from tangram_celery.errors import SandboxSetupError
-from tangram_celery.sandbox.base import MB, SandboxLimits
+from tangram_celery.sandbox.base import BASE_ENV, INSIDE_WORKDIR, MB, SandboxLimits
 from tangram_celery.sandbox.cgroup import format_cpus
 from tangram_celery.sandbox.image import SANDBOX_UID
 from tangram_celery.sandbox.seccomp import _NAMES as EMBEDDED_DENY_LIST
 
-INSIDE_WORKDIR = "/work"
 INIT_UID = 65534
 CPU_PERIOD_US = 100_000
 IDLE_CPU_QUOTA_US = 1_000
 PIDS_OVERHEAD = 4  # docker-init, its sleep, the wrapper shell and `timeout`
 WORKDIR_SLACK = MB  # the tmpfs is this much larger than the quota, so "over quota" is visible
-BASE_ENV = {
-    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-    "HOME": INSIDE_WORKDIR,
-    "USER": "sandbox",
-    "LOGNAME": "sandbox",
-    "TMPDIR": "/tmp",  # nosec B108 # inside the container: its private tmpfs
-    "LANG": "C.UTF-8",
-}
 
 
 def seccomp_profile(machine: str | None = None) -> str:

@@ -17,6 +17,8 @@ from tangram_celery.errors import ConfigError
 
 PREFIX = "TANGRAM_"
 SCHEDULERS = ("robust", "elastic", "fcfs-min")
+ACTUATORS = ("local", "kubernetes")
+WORKLOAD_KINDS = ("statefulset", "deployment")
 T = TypeVar("T")
 
 
@@ -79,6 +81,13 @@ class Settings:
     autoscale_target_wait_s: float = 2.0
     autoscale_down_hold_s: float = 20.0
     autoscale_drain_timeout_s: float = 600.0
+    autoscale_actuator: str = "local"
+    kubernetes_namespace: str = "tangram"
+    kubernetes_cpu_workload: str = "statefulset/tangram-cpu-node"
+    dashboard_address: str = "127.0.0.1"
+    dashboard_port: int = 9810
+    dashboard_user: str = "tangram"
+    dashboard_password: str = ""
     extra_resources: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -187,6 +196,17 @@ class Settings:
             raise ConfigError(
                 f"{PREFIX}AUTOSCALE_MAX_NODES={self.autoscale_max_nodes} must be >= 1 and >= "
                 f"{PREFIX}AUTOSCALE_MIN_NODES={self.autoscale_min_nodes}"
+            )
+        if self.autoscale_actuator not in ACTUATORS:
+            raise ConfigError(
+                f"{PREFIX}AUTOSCALE_ACTUATOR={self.autoscale_actuator!r}: choose one of "
+                + ", ".join(ACTUATORS)
+            )
+        kind, _, name = self.kubernetes_cpu_workload.partition("/")
+        if kind not in WORKLOAD_KINDS or not name:
+            raise ConfigError(
+                f"{PREFIX}KUBERNETES_CPU_WORKLOAD={self.kubernetes_cpu_workload!r}: expected "
+                "statefulset/NAME or deployment/NAME"
             )
 
 

@@ -91,6 +91,16 @@ DESCRIPTIONS: dict[str, str] = {
     "flower_password": "Basic-auth password of `tangram flower`; empty: one is generated.",  # nosec B105 # help text, not a password
     "exporter_address": "Address `tangram exporter` serves /metrics on.",
     "exporter_port": "Port of `tangram exporter`.",
+    "autoscale_actuator": "What `tangram autoscaler` scales: `local` (node-worker processes "
+    "on its machine) or `kubernetes` (the CPU node workload's `scale` subresource).",
+    "kubernetes_namespace": "Namespace of the workloads the Kubernetes actuator scales.",
+    "kubernetes_cpu_workload": "The CPU node workload the Kubernetes actuator scales, "
+    "`statefulset/NAME` (drained before it shrinks) or `deployment/NAME`.",
+    "dashboard_address": "Address `tangram dashboard` listens on (non-loopback needs auth).",
+    "dashboard_port": "Port of `tangram dashboard`.",
+    "dashboard_user": "Basic-auth user of `tangram dashboard`.",
+    "dashboard_password": "Basic-auth password of `tangram dashboard`; empty: one is "  # nosec B105 # help text, not a password
+    "generated.",
 }
 
 

@@ -23,7 +23,13 @@ import redis
 
 from tangram_celery import keys
 from tangram_celery.autoscale.actuators.interface import CPU_POOL, Actuator
+from tangram_celery.autoscale.actuators.kubernetes import (
+    KubernetesActuator,
+    Workload,
+    cluster_apps_api,
+)
 from tangram_celery.autoscale.actuators.local import LocalProcessActuator
+from tangram_celery.autoscale.actuators.members import NodeDrain
 from tangram_celery.autoscale.policy import (
     Budget,
     Decision,
@@ -209,6 +215,19 @@ def local_controller(
     return Controller(client, settings, actuator, options)
 
 
+def kubernetes_controller(settings: Settings, options: AutoscalerOptions,
+                          apps_api: Any | None = None) -> Controller:
+    """A controller scaling the CPU node workload of ``TANGRAM_KUBERNETES_CPU_WORKLOAD`` (the
+    ``tangram-cpu-node`` StatefulSet of deploy/k8s) through its ``scale`` subresource."""
+    client = redis.Redis.from_url(settings.redis_url)
+    actuator = KubernetesActuator(
+        apps_api if apps_api is not None else cluster_apps_api(),
+        {CPU_POOL: Workload.from_settings(settings)}, drain=NodeDrain(client),
+        node_memory_mb=options.node_memory_mb, drain_timeout_s=options.drain_timeout_s,
+    )
+    return Controller(client, settings, actuator, options)
+
+
 FLAGS: tuple[tuple[str, type, str], ...] = (
     ("interval", float, "autoscale_interval_s"),
     ("node-cores", int, "autoscale_node_cores"),
@@ -265,8 +284,12 @@ def options_from_args(args: argparse.Namespace, settings: Settings) -> Autoscale
 def run_from_args(settings: Settings, args: argparse.Namespace) -> int:
     """Run ``tangram autoscaler`` until SIGINT or SIGTERM, then stop the workers it started."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    args.log_dir.mkdir(parents=True, exist_ok=True)
-    controller = local_controller(settings, options_from_args(args, settings), args.log_dir)
+    options = options_from_args(args, settings)
+    if settings.autoscale_actuator == "kubernetes":
+        controller = kubernetes_controller(settings, options)
+    else:
+        args.log_dir.mkdir(parents=True, exist_ok=True)
+        controller = local_controller(settings, options, args.log_dir)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())

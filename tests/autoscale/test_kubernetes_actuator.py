@@ -4,86 +4,23 @@ StatefulSets."""
 
 from __future__ import annotations
 
-import json
-import re
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import pytest
 import redis
+from k8s_api import FakeApiServer, apps_api, running_api_server
 
 from tangram_celery import keys
 from tangram_celery.autoscale.actuators import KubernetesActuator, NodeDrain, Workload
-
-kubernetes = pytest.importorskip("kubernetes")
-
-SCALE_PATH = re.compile(
-    r"^/apis/apps/v1/namespaces/(?P<ns>[^/]+)/(?P<kind>deployments|statefulsets)/"
-    r"(?P<name>[^/]+)/scale$")
-
-
-class FakeApiServer(ThreadingHTTPServer):
-    """Replicas per (kind, namespace, name), and every PATCH body received."""
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), ScaleHandler)
-        self.replicas: dict[tuple[str, str, str], int] = {}
-        self.patches: list[dict[str, Any]] = []
-
-
-class ScaleHandler(BaseHTTPRequestHandler):
-    """GET and PATCH of ``.../{deployments,statefulsets}/{name}/scale``."""
-
-    server: FakeApiServer
-
-    def do_GET(self) -> None:
-        self._answer(None)
-
-    def do_PATCH(self) -> None:
-        length = int(self.headers.get("Content-Length", 0))
-        self._answer(json.loads(self.rfile.read(length)))
-
-    def log_message(self, *_: Any) -> None:
-        """Quiet."""
-
-    def _answer(self, patch: dict[str, Any] | None) -> None:
-        match = SCALE_PATH.match(self.path.split("?")[0])
-        key = (match["kind"], match["ns"], match["name"]) if match else None
-        if key is None or key not in self.server.replicas:
-            self._send(404, {"kind": "Status", "code": 404, "reason": "NotFound"})
-            return
-        if patch is not None:
-            self.server.patches.append(patch)
-            self.server.replicas[key] = int(patch["spec"]["replicas"])
-        replicas = self.server.replicas[key]
-        self._send(200, {"apiVersion": "autoscaling/v1", "kind": "Scale",
-                         "metadata": {"name": key[2], "namespace": key[1]},
-                         "spec": {"replicas": replicas}, "status": {"replicas": replicas}})
-
-    def _send(self, code: int, body: dict[str, Any]) -> None:
-        raw = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
+from tangram_celery.autoscale.controller import kubernetes_controller, options_from_settings
+from tangram_celery.errors import ConfigError
+from tangram_celery.settings import Settings
 
 
 @pytest.fixture()
 def api_server() -> Iterator[FakeApiServer]:
-    server = FakeApiServer()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-
-
-def apps_api(server: FakeApiServer) -> Any:
-    config = kubernetes.client.Configuration(host=f"http://127.0.0.1:{server.server_port}")
-    return kubernetes.client.AppsV1Api(kubernetes.client.ApiClient(config))
+    with running_api_server() as server:
+        yield server
 
 
 def test_deployment_scaled_through_the_scale_subresource(api_server: FakeApiServer) -> None:
@@ -119,3 +56,29 @@ def test_statefulset_shrinks_only_after_its_tail_is_drained(
     actuator.step()
     assert api_server.patches == [{"spec": {"replicas": 2}}]
     assert api_server.replicas[("statefulsets", "rl", "cpu")] == 2
+
+
+def test_autoscaler_on_kubernetes_scales_the_workload_its_settings_name(
+    api_server: FakeApiServer, settings: Settings, redis_client: redis.Redis
+) -> None:
+    chosen = settings.with_(autoscale_actuator="kubernetes", kubernetes_namespace="rl",
+                            kubernetes_cpu_workload="statefulset/nodes", autoscale_min_nodes=2)
+    api_server.replicas[("statefulsets", "rl", "nodes")] = 0
+    controller = kubernetes_controller(chosen, options_from_settings(chosen),
+                                       apps_api(api_server))
+    decision = controller.tick()
+    assert [(t.pool, t.target) for t in decision.targets] == [("cpu", 2)]
+    assert api_server.patches == [{"spec": {"replicas": 2}}]
+    assert redis_client.hget(keys.autoscale_pool("cpu"), "target") == b"2"
+
+
+@pytest.mark.parametrize("changes,error", [
+    ({"autoscale_actuator": "nomad"}, "TANGRAM_AUTOSCALE_ACTUATOR"),
+    ({"kubernetes_cpu_workload": "daemonset/x"}, "TANGRAM_KUBERNETES_CPU_WORKLOAD"),
+    ({"kubernetes_cpu_workload": "statefulset/"}, "TANGRAM_KUBERNETES_CPU_WORKLOAD"),
+])
+def test_kubernetes_settings_are_checked(changes: dict[str, str], error: str) -> None:
+    with pytest.raises(ConfigError, match=error):
+        Settings().with_(**changes)
+    assert Workload.from_settings(Settings()) == Workload("statefulset", "tangram-cpu-node",
+                                                          "tangram")

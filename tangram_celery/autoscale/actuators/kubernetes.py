@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tangram_celery.autoscale.actuators.members import NodeDrain
+from tangram_celery.errors import ConfigError
+from tangram_celery.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +23,34 @@ class Workload:
     kind: str
     name: str
     namespace: str = "default"
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Workload:
+        """The CPU node workload: ``TANGRAM_KUBERNETES_CPU_WORKLOAD`` (``kind/name``) in
+        ``TANGRAM_KUBERNETES_NAMESPACE``."""
+        kind, _, name = settings.kubernetes_cpu_workload.partition("/")
+        return cls(kind, name, settings.kubernetes_namespace)
+
+
+def cluster_apps_api() -> Any:
+    """The ``AppsV1Api`` of the cluster this runs in (its pod's service account), else of the
+    current ``kubeconfig`` context. Raises :class:`ConfigError` when neither is there."""
+    try:
+        from kubernetes import client, config
+    except ImportError:
+        raise ConfigError("the Kubernetes actuator needs the kubernetes client: "
+                          "pip install 'tangram-celery[k8s]'") from None
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        try:
+            config.load_kube_config()
+        except (config.ConfigException, OSError) as exc:
+            raise ConfigError(
+                f"TANGRAM_AUTOSCALE_ACTUATOR=kubernetes: not in a pod and no usable kubeconfig "
+                f"({exc}); run the autoscaler in the cluster (deploy/k8s) or set KUBECONFIG"
+            ) from None
+    return client.AppsV1Api()
 
 
 class KubernetesActuator:

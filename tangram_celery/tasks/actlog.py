@@ -27,7 +27,7 @@ SUMMARY_FIRST = (
     "action_id", "trajectory_id", "kind", "status", "act", "node", "units", "error", "attempts",
 )
 RECORD_FIELDS = ("kind", "pool", "queue", "node", "status", "queue_s", "exec_s", "overhead_s",
-                 "total_s", "at")
+                 "total_s", "at", "action_id")
 
 
 def pool_of_queue(queue: str) -> str:
@@ -88,6 +88,7 @@ def act_record(result: Mapping[str, Any], queue: str) -> dict[str, str]:
         "overhead_s": seconds("overhead"),
         "total_s": seconds("total"),
         "at": f"{float(stored):.6f}" if isinstance(stored, int | float) else "0",
+        "action_id": str(result.get("action_id", ""))[:128],
     }
 
 
@@ -105,6 +106,7 @@ class ActRecord:
     overhead_s: float
     total_s: float
     at: float
+    action_id: str = ""
 
     @classmethod
     def decode(cls, fields: Mapping[bytes | str, bytes | str]) -> ActRecord | None:
@@ -116,6 +118,7 @@ class ActRecord:
                 status=text["status"], queue_s=float(text["queue_s"]),
                 exec_s=float(text["exec_s"]), overhead_s=float(text["overhead_s"]),
                 total_s=float(text["total_s"]), at=float(text["at"]),
+                action_id=text.get("action_id", ""),
             )
         except (KeyError, ValueError):
             return None

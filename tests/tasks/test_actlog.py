@@ -43,5 +43,7 @@ def test_act_record_round_trips() -> None:
     record = act_record(viewed, keys.cpu_queue("n1"))
     decoded = ActRecord.decode({k.encode(): v.encode() for k, v in record.items()})
     assert decoded == ActRecord("exec", "cpu", "tangram.cpu.n1", "n1", "ok", 0.5, 0.5, 0.2, 1.2,
-                                101.2)
+                                101.2, viewed["action_id"])
+    older = {k.encode(): v.encode() for k, v in record.items() if k != "action_id"}
+    assert ActRecord.decode(older) == ActRecord(**{**vars(decoded), "action_id": ""})
     assert ActRecord.decode({b"kind": b"exec"}) is None

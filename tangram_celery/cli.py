@@ -47,6 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
         "exporter", help="Prometheus exporter: ACT per kind and pool, queue depths, pool units"))
     status.add_arguments(commands.add_parser(
         "status", help="pools, workers, queue depths, units and resident reward models"))
+    from tangram_celery.observe import dashboard_server
+
+    dashboard_server.add_arguments(commands.add_parser(
+        "dashboard", help="live page: ACT parts, queues, pool units, resident models, "
+                          "slowest actions (basic auth)"))
     from tangram_celery.autoscale import controller
 
     controller.add_arguments(commands.add_parser(
@@ -103,12 +108,14 @@ def run_worker(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def run_tool(settings: Settings, args: argparse.Namespace) -> int:
-    """``tangram flower``, ``tangram exporter``, ``tangram status`` or ``tangram autoscaler``."""
+    """``tangram flower``, ``tangram exporter``, ``tangram status``, ``tangram dashboard`` or
+    ``tangram autoscaler``."""
     from tangram_celery.autoscale import controller
-    from tangram_celery.observe import flower, metrics, status
+    from tangram_celery.observe import dashboard_server, flower, metrics, status
 
     runners = {"flower": flower.run_from_args, "exporter": metrics.run_from_args,
-               "status": status.run_from_args, "autoscaler": controller.run_from_args}
+               "status": status.run_from_args, "autoscaler": controller.run_from_args,
+               "dashboard": dashboard_server.run_from_args}
     return runners[args.command](settings, args)
 
 
@@ -139,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = Settings.from_env()
         if args.command == "worker":
             return run_worker(settings, args)
-        if args.command in {"flower", "exporter", "status", "autoscaler"}:
+        if args.command in {"flower", "exporter", "status", "autoscaler", "dashboard"}:
             return run_tool(settings, args)
         if args.command in {"redis", "triton", "up", "down"}:
             return run_stack_command(settings, args)

@@ -80,7 +80,7 @@ function drawAct(rows) {
   const scale = Math.max(...rows.map(r => r.total_s), 1e-9);
   fill("act", ["kind", "pool", "actions", "errors", "queue", "exec", "overhead", "ACT", ""],
     rows.map(r => el("tr", {class: "act-row", "data-kind": r.kind, "data-pool": r.pool,
-      "data-count": r.count}, el("td", {}, r.kind), el("td", {}, r.pool),
+      "data-count": r.count, "data-exec": r.exec_s}, el("td", {}, r.kind), el("td", {}, r.pool),
       el("td", {class: "n"}, r.count), el("td", {class: r.errors ? "n bad" : "n"}, r.errors),
       el("td", {class: "n"}, fmt(r.queue_s)), el("td", {class: "n"}, fmt(r.exec_s)),
       el("td", {class: "n"}, fmt(r.overhead_s)), el("td", {class: "n"}, fmt(r.total_s)),

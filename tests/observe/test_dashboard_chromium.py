@@ -120,6 +120,9 @@ def test_dashboard_shows_a_real_batch_in_chromium(
     shown = {(r["data-kind"], r["data-pool"]): int(r["data-count"]) for r in parsed.of("act-row")}
     assert shown == {("exec", "cpu"): kinds["exec"], ("test_run", "cpu"): kinds["test_run"],
                      ("reward", "gpu/default"): kinds["reward"]}
+    for row in parsed.of("act-row"):
+        execs = [r.act["exec"] for r in results if r.kind == row["data-kind"]]
+        assert float(row["data-exec"]) == pytest.approx(sum(execs) / len(execs), abs=1e-3)
     ids = {r.action_id for r in results}
     slow = [r["data-action"] for r in parsed.of("slow-row")]
     assert slow and set(slow) <= ids and slow[0] == view["slowest"][0]["action_id"]

@@ -12,9 +12,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import pytest
-
-kubernetes = pytest.importorskip("kubernetes")
+import kubernetes
 
 SCALE_PATH = re.compile(
     r"^/apis/apps/v1/namespaces/(?P<ns>[^/]+)/(?P<kind>deployments|statefulsets)/"

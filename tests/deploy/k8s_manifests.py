@@ -12,10 +12,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import pytest
+import kubernetes
 import yaml
-
-kubernetes = pytest.importorskip("kubernetes")
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"

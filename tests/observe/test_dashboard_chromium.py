@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chromium import chromium_path, dump_dom, screenshot
+from chromium import dump_dom, screenshot
 from PIL import Image
 
 from tangram_celery.action import Action
@@ -97,7 +97,6 @@ def wait_for_records(server: DashboardServer, count: int) -> dict[str, Any]:
     return view
 
 
-@pytest.mark.skipif(chromium_path() is None, reason="needs the chromium browser")
 def test_dashboard_shows_a_real_batch_in_chromium(
     settings: Settings, cpu_workers: CpuWorkers, gpu_pool: str, tmp_path: Path
 ) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import redis
 
+from tangram_celery.cli import main
 from tangram_celery.errors import ConfigError
 from tangram_celery.observe.dashboard import ViewConfig, act_rows, dashboard_view, timeline
 from tangram_celery.observe.dashboard_server import (
@@ -137,3 +138,8 @@ def test_server_reports_redis_down(settings: Settings) -> None:
     with dashboard(dead, DashboardConfig(port=0, unauthenticated=True)) as server:
         status, _, body = fetch(server.config.url + "api/dashboard")
     assert status == 200 and json.loads(body)["redis_up"] is False
+
+
+def test_cli_refuses_an_open_dashboard_off_loopback(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["dashboard", "--no-auth", "--address", "0.0.0.0", "--port", "0"]) == 2
+    assert "refusing to serve the dashboard without authentication" in capsys.readouterr().err

@@ -39,6 +39,7 @@ from tangram_celery.autoscale.policy import (
     decide,
 )
 from tangram_celery.autoscale.work import Work, messages_work, unacked_work
+from tangram_celery.errors import ServiceError
 from tangram_celery.pools.inventory import Inventory, priority_lists, read_inventory
 from tangram_celery.pools.registry import Registry
 from tangram_celery.settings import Settings
@@ -152,6 +153,8 @@ class Controller:
                 self.tick()
             except redis.RedisError:
                 log.warning("autoscaler tick failed (Redis); retrying", exc_info=True)
+            except ServiceError as exc:
+                log.warning("autoscaler tick failed: %s; retrying", exc)
             stop.wait(self.options.interval_s)
 
     def _cpu_load(self, now: float) -> PoolLoad:

@@ -4,6 +4,7 @@ StatefulSets."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -13,7 +14,7 @@ from k8s_api import FakeApiServer, apps_api, running_api_server
 from tangram_celery import keys
 from tangram_celery.autoscale.actuators import KubernetesActuator, NodeDrain, Workload
 from tangram_celery.autoscale.controller import kubernetes_controller, options_from_settings
-from tangram_celery.errors import ConfigError
+from tangram_celery.errors import ConfigError, ServiceError
 from tangram_celery.settings import Settings
 
 
@@ -82,3 +83,21 @@ def test_kubernetes_settings_are_checked(changes: dict[str, str], error: str) ->
         Settings().with_(**changes)
     assert Workload.from_settings(Settings()) == Workload("statefulset", "tangram-cpu-node",
                                                           "tangram")
+
+
+def test_api_errors_name_the_call_and_the_loop_goes_on(
+    api_server: FakeApiServer, settings: Settings, redis_client: redis.Redis
+) -> None:
+    missing = settings.with_(autoscale_actuator="kubernetes", kubernetes_namespace="rl",
+                             kubernetes_cpu_workload="statefulset/absent",
+                             autoscale_interval_s=0.05)
+    controller = kubernetes_controller(missing, options_from_settings(missing),
+                                       apps_api(api_server))
+    with pytest.raises(ServiceError, match=r"get statefulsets/absent/scale in namespace rl: 404"):
+        controller.tick()
+    stop = threading.Event()
+    timer = threading.Timer(0.5, stop.set)
+    timer.start()
+    controller.run(stop)
+    timer.join()
+    assert len(api_server.requests) > 2, "the loop kept ticking through the errors"

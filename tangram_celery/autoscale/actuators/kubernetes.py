@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from tangram_celery.autoscale.actuators.members import NodeDrain
-from tangram_celery.errors import ConfigError
+from tangram_celery.errors import ConfigError, ServiceError
 from tangram_celery.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -122,12 +123,34 @@ class KubernetesActuator:
         workload = self.workloads[pool]
         read = (self._apps.read_namespaced_stateful_set_scale if workload.kind == "statefulset"
                 else self._apps.read_namespaced_deployment_scale)
-        return int(read(workload.name, workload.namespace).spec.replicas or 0)
+        with api_errors("get", workload):
+            return int(read(workload.name, workload.namespace).spec.replicas or 0)
 
     def _patch(self, pool: str, replicas: int) -> None:
         workload = self.workloads[pool]
         patch = (self._apps.patch_namespaced_stateful_set_scale
                  if workload.kind == "statefulset"
                  else self._apps.patch_namespaced_deployment_scale)
-        patch(workload.name, workload.namespace, {"spec": {"replicas": replicas}})
+        with api_errors("patch", workload):
+            patch(workload.name, workload.namespace, {"spec": {"replicas": replicas}})
         log.info("patched %s/%s replicas to %d", workload.kind, workload.name, replicas)
+
+
+@contextlib.contextmanager
+def api_errors(verb: str, workload: Workload) -> Iterator[None]:
+    """Turn the client's API and connection errors into :class:`ServiceError` naming the call
+    (a 403 is the Role, a 404 the workload's name or namespace)."""
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    try:
+        yield
+    except ApiException as exc:
+        raise ServiceError(
+            f"Kubernetes API: {verb} {workload.kind}s/{workload.name}/scale in namespace "
+            f"{workload.namespace}: {exc.status} {exc.reason}; check "
+            "TANGRAM_KUBERNETES_CPU_WORKLOAD, TANGRAM_KUBERNETES_NAMESPACE and the autoscaler's "
+            "Role (deploy/k8s/autoscaler.yaml)") from None
+    except (HTTPError, OSError) as exc:
+        raise ServiceError(f"Kubernetes API unreachable ({verb} {workload.kind}s/"
+                           f"{workload.name}/scale): {exc}") from None

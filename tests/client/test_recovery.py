@@ -9,6 +9,7 @@ import json
 
 import pytest
 import redis
+from conftest import CpuWorkers
 
 from tangram_celery import keys
 from tangram_celery.client import TangramClient, command_action
@@ -16,7 +17,6 @@ from tangram_celery.client.recovery import audit, broker_action_ids
 from tangram_celery.errors import ActionTimeout
 from tangram_celery.pools.registry import Registry
 from tangram_celery.settings import Settings
-from tests.conftest import CpuWorkers
 
 AUDIT_CASES = [
     # candidates, present, finished, suspects, now, lost, finished, suspects after

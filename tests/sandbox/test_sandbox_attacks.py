@@ -23,6 +23,7 @@ import pytest
 from tangram_celery.errors import SandboxSpecError
 from tangram_celery.sandbox import ExecOutcome, SandboxBackend, SandboxLimits, WorkdirQuotaError
 from tangram_celery.sandbox.bwrap import BwrapBackend
+from tangram_celery.sandbox.output import CUT_MARKER
 
 Run = Callable[..., ExecOutcome]
 # the limits every `sandbox` fixture uses (tests/sandbox/conftest.py)
@@ -673,7 +674,8 @@ def test_very_long_output_is_capped(sandbox_run: Run) -> None:
     out = sandbox_run("head -c 50000000 /dev/zero | tr '\\0' 'y'; "
                       "head -c 1000000 /dev/urandom >&2", timeout_s=60)
     cap = SMALL_LIMITS.output_cap_bytes
-    assert out.stdout_truncated and out.stdout == "y" * cap
+    cut = CUT_MARKER.format(cut=50_000_000 - cap)
+    assert out.stdout_truncated and out.stdout == "y" * (cap // 2) + cut + "y" * (cap - cap // 2)
     assert out.stderr_truncated and len(out.stderr.encode("utf-8", "surrogatepass")) >= cap
     assert time.monotonic() - t0 < 30
 

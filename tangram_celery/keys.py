@@ -149,3 +149,20 @@ def autoscale_pool(pool: str) -> str:
     """Hash the autoscaler publishes per pool each tick: ``target`` and ``actual`` (members),
     ``units`` (per member), ``action`` (up/down/hold), ``reason`` and ``at`` (epoch seconds)."""
     return f"{PREFIX}:autoscale:pool:{pool}"
+
+# Trajectories waiting for memory on a CPU node (see tangram_celery.client.tickets).
+MEMORY_TICKETS = f"{PREFIX}:memory:tickets"
+"""Sorted set of the trajectories waiting for memory, scored by their place in line (FCFS across
+every client)."""
+MEMORY_TICKET_LEASES = f"{PREFIX}:memory:ticket-leases"
+"""Sorted set of the same trajectories scored by when their lease ends (Redis' clock); the
+waiting client renews it, and a ticket whose client stopped renewing is dropped."""
+MEMORY_TICKET_SEQ = f"{PREFIX}:memory:ticket-seq"
+"""Counter handing out places in line."""
+MEMORY_TICKET_INFO = f"{PREFIX}:memory:ticket-info"
+"""Hash: waiting trajectory -> JSON of its ticket (action ids, memory, client, since)."""
+MEMORY_ADMISSIONS = f"{PREFIX}:memory:admissions"
+"""Capped list, newest first: JSON of each trajectory placed after waiting (place, waited s)."""
+MEMORY_ABANDONED = f"{PREFIX}:memory:abandoned"
+"""Capped list, newest first: JSON of the tickets dropped because their client stopped renewing
+them (it died); their actions were answered ``client_lost``."""

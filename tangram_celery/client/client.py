@@ -32,7 +32,9 @@ from tangram_celery import keys
 from tangram_celery.action import Action, ActionResult, parse_action
 from tangram_celery.client.inflight import InFlight
 from tangram_celery.client.router import Router
+from tangram_celery.client.routing import MemoryWait
 from tangram_celery.client.waiter import ResultWaiter
+from tangram_celery.client.waitlist import Waitlist
 from tangram_celery.errors import (
     ActionFailed,
     ActionTimeout,
@@ -50,7 +52,12 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ActionHandle:
-    """A submitted action: wait for it with :meth:`result` or ``await handle``."""
+    """A submitted action: wait for it with :meth:`result` or ``await handle``.
+
+    ``queue`` is empty while the action waits for memory (its trajectory is not placed yet);
+    ``published`` is when it was handed to a queue (the broker's, or the memory line), so the
+    wait for memory counts in the ACT's ``queue`` part.
+    """
 
     action: Action
     queue: str
@@ -118,6 +125,8 @@ class TangramClient:
         self._waiter = ResultWaiter(redis.Redis.from_url(settings.result_backend_url),
                                     fallback=self._ledger_records,
                                     on_sweep=self._in_flight.audit)
+        self._waitlist = Waitlist(self._router, self._ledger, self._send,
+                                  settings.default_timeout_s)
         self._limits = action_limits(settings)
         self._reached = False
 
@@ -133,15 +142,19 @@ class TangramClient:
         self.close()
 
     def close(self) -> None:
-        """Release connections and the waiter thread."""
+        """Release connections and the waiter thread; actions still waiting for memory are
+        answered ``cancelled``."""
+        self._waitlist.close()
         self._waiter.close()
         self._redis.close()
 
     def submit(self, action: Action | Mapping[str, Any]) -> ActionHandle:
         """Validate, stamp, route and publish one action; returns its handle at once.
 
-        Raises :class:`ValidationError` or :class:`RoutingError` for an action no pool can ever
-        run, and :class:`BrokerUnreachable` when Redis does not answer.
+        A CPU action of a new trajectory that no node has the memory for now does not block
+        here: it waits, FCFS, for memory (see :mod:`.waitlist`), and its handle's result
+        waits with it. Raises :class:`ValidationError` or :class:`RoutingError` for an action no
+        pool can ever run, and :class:`BrokerUnreachable` when Redis does not answer.
         """
         submitted = time.time()
         body = action.to_json() if isinstance(action, Action) else dict(action)
@@ -151,13 +164,28 @@ class TangramClient:
             if not self._reached:
                 self._redis.ping()
                 self._reached = True
-            queue = self._router.route(checked).queue
+            if checked.pool == "cpu" and self._waitlist.holds(checked.trajectory_id):
+                return self._park(checked, None, submitted)
+            decided = self._router.route(checked)
+            if decided.wait is not None:
+                return self._park(checked, decided.wait, submitted)
             published = time.time()
-            self._publish(checked, queue)
+            self._send(checked, decided.queue)
         except (redis.ConnectionError, redis.TimeoutError, OperationalError) as exc:
             raise broker_error(self.settings.redis_url, exc) from None
-        self._in_flight.add(checked, queue, published)
-        return ActionHandle(checked, queue, submitted, published, self)
+        return ActionHandle(checked, decided.queue, submitted, published, self)
+
+    def _park(self, action: Action, wait: MemoryWait | None, submitted: float) -> ActionHandle:
+        """Hand an action to the memory line; its handle's result waits for it."""
+        if self._router.dropped:
+            self._waitlist.answer_dropped()
+        self._waitlist.park(action, wait, submitted)
+        return ActionHandle(action, "", submitted, time.time(), self)
+
+    def _send(self, action: Action, queue: str) -> None:
+        """Publish and remember the action for the lost-action audit."""
+        self._publish(action, queue)
+        self._in_flight.add(action, queue, time.time())
 
     def _publish(self, action: Action, queue: str) -> None:
         self.app.send_task(
@@ -218,6 +246,7 @@ class TangramClient:
     def end_trajectory(self, trajectory_id: str) -> None:
         """Free a trajectory's environment (its files, its memory reservation) on its node."""
         registry = self._router.registry
+        self._waitlist.cancel(trajectory_id, "the trajectory ended before it was placed")
         node = registry.pinned_node(trajectory_id)
         self._router.forget(trajectory_id)
         if node is None:

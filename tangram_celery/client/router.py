@@ -8,19 +8,34 @@ actions then cost no Redis read), the node views until an action needs more core
 show for its node, a GPU pool's view for ``GPU_POOL_CACHE_S``.
 
 Pinning is atomic in Redis. When another client pinned the same trajectory between this one's
-read and its write, the other client's node wins and the action is routed there instead.
+read and its write, the other client's node wins and the action is routed there instead. A new
+trajectory is pinned only if it is first in the shared line of those waiting for memory and its
+node still has the memory (:class:`~tangram_celery.client.tickets.MemoryTickets`); otherwise its
+route is a :class:`~tangram_celery.client.routing.MemoryWait` and it holds a ticket in that line.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
+import uuid
+from typing import Any
 
 import redis
 
 from tangram_celery import keys
 from tangram_celery.action import Action
-from tangram_celery.client.routing import Route, RoutingInputs, gpu_pool_of, on_node, route
+from tangram_celery.client.routing import (
+    MemoryWait,
+    Route,
+    RoutingInputs,
+    gpu_pool_of,
+    on_node,
+    route,
+    trajectory_memory_mb,
+)
+from tangram_celery.client.tickets import MemoryTickets, Placement
 from tangram_celery.managers.basic import parse_api_limits
 from tangram_celery.pools.inventory import GpuPoolView, gpu_pool_view
 from tangram_celery.pools.registry import NodeView, Registry
@@ -34,8 +49,13 @@ class Router:
     """Routes actions with :func:`~.routing.route` over what one Redis holds."""
 
     def __init__(self, client: redis.Redis, settings: Settings,
-                 pin_cache_s: float = PIN_CACHE_S) -> None:
+                 pin_cache_s: float = PIN_CACHE_S, client_id: str | None = None) -> None:
         self.registry = Registry(client, settings.node_ttl_s, settings.trajectory_ttl_s)
+        self.tickets = MemoryTickets(client, settings.trajectory_ttl_s,
+                                     client_id or uuid.uuid4().hex)
+        self.dropped: list[dict[str, Any]] = []
+        """Tickets of dead clients this router dropped, not yet answered (see tickets)."""
+        self._lock = threading.Lock()
         self._redis = client
         self._node_ttl_s = settings.node_ttl_s
         self._pin_cache_s = pin_cache_s
@@ -48,16 +68,31 @@ class Router:
     def route(self, action: Action) -> Route:
         """The route of ``action``, its trajectory pinned in Redis when it had no live pin.
 
-        Raises what :func:`~.routing.route` raises, and ``redis.RedisError`` when Redis does
-        not answer.
+        A route with ``wait`` set means the trajectory now holds a ticket in the line of those
+        waiting for memory. Raises what :func:`~.routing.route` raises, and
+        ``redis.RedisError`` when Redis does not answer. Thread-safe.
         """
-        inputs, read_pin = self._gather(action)
-        decided = route(action, inputs)
-        if decided.pin is None:
-            if read_pin:
-                self.registry.refresh_pin(action.trajectory_id)
-            return decided
-        return self._store_pin(action, inputs, decided)
+        with self._lock:
+            inputs, read_pin = self._gather(action)
+            decided = route(action, inputs)
+            if decided.wait is not None:
+                queued = self._queue(action, inputs, decided.wait)
+                if queued.wait is None or queued.wait.ahead > 0 or decided.wait.ahead == 0:
+                    return queued
+                inputs = dataclasses.replace(inputs, pin=None, ahead=0)
+                decided = route(action, inputs)
+                if decided.pin is None:
+                    return queued
+            if decided.pin is None:
+                if read_pin:
+                    self.registry.refresh_pin(action.trajectory_id)
+                return decided
+            return self._store_pin(action, inputs, decided)
+
+    def memory_wait(self, action: Action) -> MemoryWait:
+        """What a new trajectory of ``action`` waits for (nobody counted ahead)."""
+        memory = trajectory_memory_mb(action, self._base.default_memory_mb)
+        return MemoryWait(memory, int(action.units().min), 0)
 
     def forget(self, trajectory_id: str) -> None:
         """Drop the cached pin of a trajectory that ended."""
@@ -74,23 +109,49 @@ class Router:
         if cached is not None and time.monotonic() - cached[1] < self._pin_cache_s:
             if self._cores(cached[0]) < action.units().min:
                 self._nodes = tuple(self.registry.nodes())
-            return dataclasses.replace(self._base, nodes=self._nodes, pin=cached[0]), False
+            return self._with_line(action, cached[0]), False
         pin = self.registry.pinned_node(action.trajectory_id)
         self._nodes = tuple(self.registry.nodes())
         if pin is not None:
             self._pins[action.trajectory_id] = (pin, time.monotonic())
-        return dataclasses.replace(self._base, nodes=self._nodes, pin=pin), pin is not None
+        return self._with_line(action, pin), pin is not None
+
+    def _with_line(self, action: Action, pin: str | None) -> RoutingInputs:
+        """The inputs of a CPU action; the memory line is read only when it needs placing."""
+        inputs = dataclasses.replace(self._base, nodes=self._nodes, pin=pin)
+        if pin is not None and any(v.name == pin and v.alive for v in self._nodes):
+            return inputs
+        return dataclasses.replace(inputs, ahead=self.tickets.ahead(action.trajectory_id))
 
     def _store_pin(self, action: Action, inputs: RoutingInputs, decided: Route) -> Route:
         assert decided.pin is not None
         trajectory = action.trajectory_id
         if decided.pin.stale is not None:
             self.registry.unpin(trajectory)
-        stored = self.registry.pin(trajectory, decided.pin.node, decided.pin.memory_mb)
-        self._pins[trajectory] = (stored, time.monotonic())
-        if stored == decided.pin.node:
+        placed = self._place(action, decided.pin.node, decided.pin.memory_mb)
+        if placed.node is None:
+            return Route("", wait=MemoryWait(decided.pin.memory_mb, int(action.units().min),
+                                             placed.ahead))
+        self._pins[trajectory] = (placed.node, time.monotonic())
+        if placed.node == decided.pin.node:
             return decided
-        return on_node(action, stored, inputs.nodes)
+        return on_node(action, placed.node, inputs.nodes)
+
+    def _queue(self, action: Action, inputs: RoutingInputs, wait: MemoryWait) -> Route:
+        """Hold (or keep) the trajectory's ticket in the memory line; a pin another client
+        stored meanwhile routes it there instead."""
+        if inputs.pin is not None:
+            self.registry.unpin(action.trajectory_id)
+        placed = self._place(action, None, wait.memory_mb)
+        if placed.node is not None:
+            self._pins[action.trajectory_id] = (placed.node, time.monotonic())
+            return on_node(action, placed.node, self._nodes)
+        return Route("", wait=dataclasses.replace(wait, ahead=placed.ahead))
+
+    def _place(self, action: Action, node: str | None, memory_mb: float) -> Placement:
+        placed = self.tickets.place(action.trajectory_id, node, memory_mb, [action.id])
+        self.dropped.extend(placed.dropped)
+        return placed
 
     def _cores(self, node: str) -> int:
         return next((view.cores for view in self._nodes if view.name == node), 0)

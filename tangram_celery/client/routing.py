@@ -8,6 +8,12 @@ first and stores the pin the decision chose.
 
 The checks only judge what is known: a GPU pool that publishes no inventory is not checked, and
 a CPU node missing from the views is not checked against its cores.
+
+A new trajectory that no live node has the memory for *now* is not refused: its route says
+:class:`MemoryWait`, and the client parks it in a queue shared by every client until memory frees
+up (:mod:`tangram_celery.client.waitlist`). The order is **strict FCFS**: while any trajectory
+waits, a later one waits behind it even if it would fit (no backfill), so a small trajectory can
+never delay a big one ahead of it. Only one that no live node could ever hold is refused at once.
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ class RoutingInputs:
     """The APIs declared in ``TANGRAM_API_LIMITS``."""
     default_memory_mb: float = 512.0
     """What a trajectory reserves unless its action says (``TANGRAM_TRAJECTORY_MEMORY_MB``)."""
+    ahead: int = 0
+    """Trajectories waiting for memory before this one (all that wait, for one not queued)."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,16 @@ class Pin:
 
 
 @dataclass(frozen=True)
+class MemoryWait:
+    """A new trajectory that must wait, FCFS, for memory on a CPU node."""
+
+    memory_mb: float
+    cores: int
+    ahead: int
+    """Trajectories waiting before it."""
+
+
+@dataclass(frozen=True)
 class Route:
     """Where one action goes."""
 
@@ -60,15 +78,19 @@ class Route:
     """The CPU node of a CPU action; None for the other pools."""
     pin: Pin | None = None
     """The pin to store when the trajectory had none on a live node."""
+    wait: MemoryWait | None = None
+    """Set (and ``queue`` empty) when the trajectory waits for memory instead."""
 
 
 def route(action: Action, inputs: RoutingInputs) -> Route:
     """The queue of ``action`` and, for a CPU action, its trajectory's node.
 
     A CPU action goes to the node its trajectory is pinned to while that node lives; otherwise
-    :func:`choose_node` places the trajectory and the route carries the new :class:`Pin`.
-    Raises :class:`ValidationError` or :class:`NoCapacityError` for an action that no pool can
-    ever run (see :func:`check_api`, :func:`check_gpu`, :func:`check_cpu`).
+    :func:`place_now` places the trajectory and the route carries the new :class:`Pin`, unless
+    others wait ahead or no live node has the memory now: then the route is a
+    :class:`MemoryWait`. Raises :class:`ValidationError` or :class:`NoCapacityError` for an
+    action that no pool can ever run (see :func:`check_api`, :func:`check_gpu`,
+    :func:`check_cpu`, :func:`check_ever_fits`).
     """
     if action.apis():
         check_api(action, inputs.apis)
@@ -80,7 +102,11 @@ def route(action: Action, inputs: RoutingInputs) -> Route:
     if inputs.pin is not None and inputs.pin in alive:
         return on_node(action, inputs.pin, inputs.nodes)
     memory = trajectory_memory_mb(action, inputs.default_memory_mb)
-    chosen = choose_node(inputs.nodes, int(action.units().min), memory)
+    cores = int(action.units().min)
+    check_ever_fits(action, inputs.nodes, cores, memory)
+    chosen = None if inputs.ahead > 0 else place_now(inputs.nodes, cores, memory)
+    if chosen is None:
+        return Route("", wait=MemoryWait(memory, cores, inputs.ahead))
     return dataclasses.replace(on_node(action, chosen, inputs.nodes),
                                pin=Pin(chosen, memory, stale=inputs.pin))
 
@@ -104,20 +130,70 @@ def choose_node(nodes: Sequence[NodeView], cores: int, memory_mb: float) -> str:
     load after placement, then the name. Raises :class:`NoCapacityError` when no live node has
     the memory.
     """
-    fits = [n for n in nodes if n.alive and n.free_memory_mb >= memory_mb and n.cores >= cores]
-    if not fits:
+    chosen = place_now(nodes, cores, memory_mb)
+    if chosen is None:
         alive = [n.name for n in nodes if n.alive]
         raise NoCapacityError(
             f"no live CPU node has {memory_mb:g} MB free and {cores} cores for a new trajectory "
             f"(live nodes: {alive or 'none'}); start a node with `tangram worker cpu` or lower "
             "the trajectory's memory"
         )
+    return chosen
+
+
+def place_now(nodes: Sequence[NodeView], cores: int, memory_mb: float) -> str | None:
+    """The node :func:`choose_node` picks, or None when no live node has the memory now."""
+    fits = [n for n in nodes if n.alive and n.free_memory_mb >= memory_mb and n.cores >= cores]
+    if not fits:
+        return None
     best = min(
         fits,
         key=lambda n: (n.trajectory_load_after(), n.free_cores < cores,
                        n.memory_load_after(memory_mb), n.name),
     )
     return best.name
+
+
+def check_ever_fits(action: Action, nodes: Sequence[NodeView], cores: int,
+                    memory_mb: float) -> None:
+    """Refuse a new trajectory that no live node could hold even empty: more memory than its
+    total, or more cores than it has."""
+    live = [n for n in nodes if n.alive]
+    if any(n.memory_mb >= memory_mb and n.cores >= cores for n in live):
+        return
+    if not live:
+        raise NoCapacityError(
+            f"no live CPU node for trajectory {action.trajectory_id} (live nodes: none); start a "
+            "node with `tangram worker cpu`"
+        )
+    raise NoCapacityError(
+        f"no live CPU node can ever hold trajectory {action.trajectory_id}: it asks for "
+        f"{memory_mb:g} MB and {cores} cores, and the largest live node has "
+        f"{max(n.memory_mb for n in live):g} MB and {max(n.cores for n in live)} cores "
+        f"({pool_memory(live)}); lower the trajectory's memory (trajectory_memory_mb) or cores, "
+        "or start a larger node with `tangram worker cpu --memory-mb ... --cores ...`"
+    )
+
+
+def pool_memory(nodes: Sequence[NodeView]) -> str:
+    """The live nodes' memory in words: how many, their total and what is unreserved."""
+    live = [n for n in nodes if n.alive]
+    total = sum(n.memory_mb for n in live)
+    free = sum(max(n.free_memory_mb, 0.0) for n in live)
+    largest = max((max(n.free_memory_mb, 0.0) for n in live), default=0.0)
+    return (f"the pool has {len(live)} live node(s) with {total:g} MB in all, {free:g} MB "
+            f"unreserved, at most {largest:g} MB on one node")
+
+
+def memory_wait_error(action: Action, wait: MemoryWait, waited_s: float,
+                      nodes: Sequence[NodeView]) -> str:
+    """Why a trajectory that waited for memory until its action's timeout was given up."""
+    return (
+        f"no_capacity: trajectory {action.trajectory_id} waited {waited_s:.1f} s (its action's "
+        f"timeout) for {wait.memory_mb:g} MB of memory and {wait.cores} cores on one CPU node; "
+        f"{pool_memory(nodes)}. End finished trajectories (client.end_trajectory), lower the "
+        "trajectory's memory, raise its timeout or add nodes"
+    )
 
 
 def trajectory_memory_mb(action: Action, default_mb: float) -> float:

@@ -6,10 +6,13 @@ import pytest
 
 from tangram_celery.action import Action, ActionLimits, parse_action
 from tangram_celery.client.routing import (
+    MemoryWait,
     Pin,
     Route,
     RoutingInputs,
     choose_node,
+    memory_wait_error,
+    place_now,
     queue_for,
     route,
     trajectory_memory_mb,
@@ -122,8 +125,17 @@ def test_route(name: str, action: Action, inputs: RoutingInputs, expected: Route
 REFUSED = [
     ("more cores than the pinned node has", cpu(cores=8), RoutingInputs(LIVE, pin="a"),
      NoCapacityError, "node a, which has 4"),
-    ("no live node has the memory", cpu(memory=5000), RoutingInputs(LIVE),
-     NoCapacityError, "5000 MB free"),
+    ("more memory than any live node has in all", cpu(memory=5000), RoutingInputs(LIVE),
+     NoCapacityError, "asks for 5000 MB and 1 cores, and the largest live node has 1000 MB"),
+    ("a dead big node does not count",
+     cpu(memory=5000), RoutingInputs((node("big", 4, 0, memory=9000, alive=False), *LIVE)),
+     NoCapacityError, "can ever hold trajectory t"),
+    ("more cores than any live node has", cpu(cores=8), RoutingInputs(LIVE),
+     NoCapacityError, "8 cores, and the largest live node has 1000 MB and 4 cores"),
+    ("no live node at all", cpu(), RoutingInputs((node("a", 4, 0, alive=False),)),
+     NoCapacityError, "start a node with `tangram worker cpu`"),
+    ("never fits even with others waiting ahead", cpu(memory=5000), RoutingInputs(LIVE, ahead=3),
+     NoCapacityError, "can ever hold"),
     ("a model the pool does not serve",
      parse_action({"trajectory_id": "t", "kind": "reward", "payload": {"model": "x"},
                    "cost": {"gpu": 1}}),
@@ -148,3 +160,68 @@ def test_route_refuses_what_no_pool_can_run(name: str, action: Action, inputs: R
                                             error: type[Exception], match: str) -> None:
     with pytest.raises(error, match=match):
         route(action, inputs)
+
+
+FULL = (node("a", 4, 800), node("b", 4, 900))
+WAITS = [
+    ("no live node has the memory now: it waits", cpu(memory=600), RoutingInputs(FULL),
+     Route("", wait=MemoryWait(600, 1, 0))),
+    ("others wait ahead: it waits although it fits (strict FCFS, no backfill)", cpu(memory=50),
+     RoutingInputs(FULL, ahead=2), Route("", wait=MemoryWait(50, 1, 2))),
+    ("first in line and memory is back: placed", cpu(memory=150), RoutingInputs(FULL, ahead=0),
+     Route("tangram.cpu.a", "a", Pin("a", 150))),
+    ("a live pin ignores the line", cpu(), RoutingInputs(FULL, pin="b", ahead=5),
+     Route("tangram.cpu.b", "b")),
+    ("a stale pin with memory short: it waits",
+     cpu(memory=300), RoutingInputs((node("gone", 4, 0, alive=False), *FULL), pin="gone"),
+     Route("", wait=MemoryWait(300, 1, 0))),
+    ("free memory on a dead node does not count",
+     cpu(memory=300), RoutingInputs((node("z", 4, 0, alive=False), node("b", 4, 900))),
+     Route("", wait=MemoryWait(300, 1, 0))),
+    ("the cores must fit on the node with the memory",
+     cpu(memory=100, cores=4), RoutingInputs((node("a", 4, 950), node("b", 4, 0, cores=2))),
+     Route("", wait=MemoryWait(100, 4, 0))),
+]
+
+
+@pytest.mark.parametrize(("name", "action", "inputs", "expected"), WAITS,
+                         ids=[w[0] for w in WAITS])
+def test_route_waits_for_memory(name: str, action: Action, inputs: RoutingInputs,
+                                expected: Route) -> None:
+    assert route(action, inputs) == expected
+
+
+def test_a_small_trajectory_never_passes_a_big_one_waiting() -> None:
+    """FCFS over a replay: trajectories arrive while memory frees up one by one; each new one
+    sees how many wait before it, and the placement order is the arrival order."""
+    sizes = [600, 100, 100, 700, 50]
+    nodes = [node("a", 4, 900)]
+    line: list[int] = []
+    placed: list[int] = []
+    for arrival, size in enumerate(sizes):
+        if route(cpu(f"t{arrival}", memory=size), RoutingInputs(tuple(nodes),
+                                                                 ahead=len(line))).wait:
+            line.append(arrival)
+    for freed in (100, 400, 300, 200, 1000):
+        nodes = [node("a", 4, max(nodes[0].reserved_mb - freed, 0))]
+        while line:
+            head = line[0]
+            decided = route(cpu(f"t{head}", memory=sizes[head]), RoutingInputs(tuple(nodes)))
+            if decided.pin is None:
+                break
+            nodes = [node("a", 4, nodes[0].reserved_mb + sizes[head])]
+            placed.append(line.pop(0))
+    assert placed == [0, 1, 2, 3, 4]
+
+
+def test_place_now_and_choose_node_agree() -> None:
+    assert place_now(FULL, 1, 150) == choose_node(FULL, 1, 150) == "a"
+    assert place_now(FULL, 1, 600) is None
+
+
+def test_the_timeout_error_names_the_memory_figures() -> None:
+    nodes = (node("a", 4, 800), node("b", 4, 900, memory=2000), node("c", 4, 0, alive=False))
+    text = memory_wait_error(cpu(memory=1500), MemoryWait(1500, 1, 0), 12.34, nodes)
+    assert text.startswith("no_capacity: trajectory t waited 12.3 s")
+    assert "for 1500 MB of memory and 1 cores" in text
+    assert "2 live node(s) with 3000 MB in all, 1300 MB unreserved, at most 1100 MB on one" in text

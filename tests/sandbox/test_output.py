@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 from conftest import SMALL_LIMITS, Run
 
-from tangram_celery.sandbox.output import CUT_MARKER, CappedBuffer
+from tangram_celery.sandbox.output import CappedBuffer
 
 
 def cut(n: int) -> str:
-    return CUT_MARKER.format(cut=n)
+    """The marker between head and tail, as the issue specifies it."""
+    return f"\n[... tangram: {n} bytes cut ...]\n"
 
 
 EURO = "€".encode()  # 3 bytes: e2 82 ac

@@ -1,0 +1,116 @@
+"""The shared line of trajectories waiting for memory, on a real Redis: strict FCFS across
+clients, memory never reserved twice, and a dead client's ticket dropped and answered."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from tangram_celery import keys
+from tangram_celery.action import Action
+from tangram_celery.client import actions
+from tangram_celery.client.router import Router
+from tangram_celery.client.waitlist import Waitlist
+from tangram_celery.pools.registry import Registry
+from tangram_celery.settings import Settings
+from tangram_celery.tasks.ledger import Ledger
+
+
+def cpu_action(trajectory: str, memory_mb: float) -> Action:
+    return actions.command_action(trajectory, "true", trajectory_memory_mb=memory_mb)
+
+
+@pytest.fixture()
+def fresh(settings: Settings, redis_url: str) -> Iterator[Any]:
+    """Routers of separate clients, each with its own connection and no pin cache."""
+    made: list[redis.Redis] = []
+
+    def make() -> Router:
+        client = redis.Redis.from_url(redis_url)
+        made.append(client)
+        return Router(client, settings, pin_cache_s=0)
+
+    yield make
+    for client in made:
+        client.close()
+
+
+def test_the_line_is_fcfs_across_clients(registry: Registry, fresh: Any) -> None:
+    registry.register_node("a", cores=2, memory_mb=1000)
+    one, two = fresh(), fresh()
+    assert one.route(cpu_action("t1", 400)).node == "a"
+    assert two.route(cpu_action("t2", 400)).node == "a"
+    big = one.route(cpu_action("t3", 400))
+    assert big.wait is not None and big.wait.ahead == 0 and big.queue == ""
+    small = two.route(cpu_action("t4", 100))
+    assert small.wait is not None and small.wait.ahead == 1, "it fits, but t3 came first"
+    assert one.route(cpu_action("t5", 50)).wait is not None
+    registry.unpin("t1")
+    assert two.route(cpu_action("t4", 100)).wait is not None, "t4 may not pass t3"
+    assert one.route(cpu_action("t3", 400)).node == "a"
+    assert two.route(cpu_action("t4", 100)).node == "a"
+    assert one.route(cpu_action("t5", 50)).node == "a"
+    assert [a["trajectory"] for a in one.tickets.admissions()] == ["t3", "t4", "t5"]
+    assert {v.name: v for v in registry.nodes()}["a"].reserved_mb == 950
+
+
+def test_memory_is_never_reserved_past_a_node(registry: Registry, fresh: Any) -> None:
+    registry.register_node("a", cores=4, memory_mb=1000)
+    routers = [fresh() for _ in range(16)]
+    routes: list[Any] = []
+    lock = threading.Lock()
+
+    def place(index: int) -> None:
+        decided = routers[index].route(cpu_action(f"c{index}", 100))
+        with lock:
+            routes.append(decided)
+
+    threads = [threading.Thread(target=place, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(r.node == "a" for r in routes) == 10
+    assert sum(r.wait is not None for r in routes) == 6
+    assert {v.name: v for v in registry.nodes()}["a"].reserved_mb == 1000
+
+
+def test_a_dead_clients_ticket_is_dropped_and_answered(
+    registry: Registry, fresh: Any, redis_client: redis.Redis, settings: Settings,
+) -> None:
+    registry.register_node("a", cores=2, memory_mb=1000)
+    dead, alive = fresh(), fresh()
+    dead.tickets.lease_s = 0.3
+    assert alive.route(cpu_action("held", 900)).node == "a"
+    lost = cpu_action("lost", 500)
+    assert dead.route(lost).wait is not None
+    assert alive.route(cpu_action("next", 50)).wait is not None, "behind the live ticket"
+    time.sleep(0.5)
+    assert alive.route(cpu_action("next", 50)).node == "a", "the dead ticket no longer blocks"
+    assert [d["trajectory"] for d in alive.dropped] == ["lost"]
+    assert redis_client.zcard(keys.MEMORY_TICKETS) == 0
+    assert redis_client.llen(keys.MEMORY_ABANDONED) == 1
+    ledger = Ledger(redis_client, settings.result_ttl_s)
+    waitlist = Waitlist(alive, ledger, lambda action, queue: None, 60.0)
+    waitlist.answer_dropped()
+    stored = ledger.stored(lost.id)
+    assert stored is not None and stored["status"] == "client_lost"
+    assert "never run" in stored["error"]
+
+
+def test_a_live_client_keeps_its_place_by_renewing(registry: Registry, fresh: Any) -> None:
+    registry.register_node("a", cores=2, memory_mb=1000)
+    waiting, other = fresh(), fresh()
+    waiting.tickets.lease_s = 0.3
+    assert other.route(cpu_action("held", 900)).node == "a"
+    assert waiting.route(cpu_action("first", 500)).wait is not None
+    for _ in range(5):
+        time.sleep(0.1)
+        waiting.tickets.renew(["first"])
+    assert other.route(cpu_action("second", 50)).wait is not None
+    assert other.dropped == []

@@ -39,7 +39,7 @@ DESCRIPTIONS: dict[str, str] = {
     "sandbox_file_size_mb": "Largest file a sandboxed command may write (MB).",
     "sandbox_workdir_mb": "Quota of a trajectory's work dir (MB).",
     "sandbox_tmp_mb": "Size of the sandbox's private /tmp (MB).",
-    "output_cap_bytes": "Bytes of stdout and of stderr kept per command (the rest is cut).",
+    "output_cap_bytes": "Bytes of stdout and of stderr kept per command: its head and its tail.",
     "default_timeout_s": "Timeout of an action that gives none (s).",
     "max_timeout_s": "Largest timeout an action may ask for (s).",
     "visibility_margin_s": "Added to the max timeout to form Redis' visibility timeout (s).",

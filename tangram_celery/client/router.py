@@ -76,13 +76,7 @@ class Router:
             inputs, read_pin = self._gather(action)
             decided = route(action, inputs)
             if decided.wait is not None:
-                queued = self._queue(action, inputs, decided.wait)
-                if queued.wait is None or queued.wait.ahead > 0 or decided.wait.ahead == 0:
-                    return queued
-                inputs = dataclasses.replace(inputs, pin=None, ahead=0)
-                decided = route(action, inputs)
-                if decided.pin is None:
-                    return queued
+                return self._wait(action, inputs, decided.wait)
             if decided.pin is None:
                 if read_pin:
                     self.registry.refresh_pin(action.trajectory_id)
@@ -136,6 +130,15 @@ class Router:
         if placed.node == decided.pin.node:
             return decided
         return on_node(action, placed.node, inputs.nodes)
+
+    def _wait(self, action: Action, inputs: RoutingInputs, wait: MemoryWait) -> Route:
+        """Queue the trajectory; when the line shrank to it meanwhile (dead clients' tickets
+        were dropped), decide once more as its head."""
+        queued = self._queue(action, inputs, wait)
+        if queued.wait is None or queued.wait.ahead > 0 or wait.ahead == 0:
+            return queued
+        again = route(action, dataclasses.replace(inputs, pin=None, ahead=0))
+        return queued if again.pin is None else self._store_pin(action, inputs, again)
 
     def _queue(self, action: Action, inputs: RoutingInputs, wait: MemoryWait) -> Route:
         """Hold (or keep) the trajectory's ticket in the memory line; a pin another client

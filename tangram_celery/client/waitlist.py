@@ -114,7 +114,9 @@ class Waitlist:
             except (redis.RedisError, OperationalError) as exc:
                 log.info("memory waitlist: Redis did not answer (%s); trying again", exc)
             self.answer_dropped()
-            self._wake.wait(POLL_S)
+            with self._lock:
+                busy = bool(self._parked)
+            self._wake.wait(POLL_S if busy else None)
             self._wake.clear()
 
     def _tick(self, now: float) -> None:

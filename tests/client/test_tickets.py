@@ -13,7 +13,7 @@ import redis
 
 from tangram_celery import keys
 from tangram_celery.action import Action
-from tangram_celery.client import actions
+from tangram_celery.client import TangramClient, actions, command_action
 from tangram_celery.client.router import Router
 from tangram_celery.client.waitlist import Waitlist
 from tangram_celery.pools.registry import Registry
@@ -114,3 +114,29 @@ def test_a_live_client_keeps_its_place_by_renewing(registry: Registry, fresh: An
         waiting.tickets.renew(["first"])
     assert other.route(cpu_action("second", 50)).wait is not None
     assert other.dropped == []
+
+
+def test_a_parked_action_times_out_or_is_cancelled_with_an_answer(
+    settings: Settings, registry: Registry,
+) -> None:
+    registry.register_node("a", cores=2, memory_mb=1000)
+    with TangramClient(settings) as client:
+        client.submit(command_action("hog", "true", trajectory_memory_mb=900))
+        started = time.monotonic()
+        late = client.submit(command_action("late", "true", trajectory_memory_mb=200,
+                                            timeout_s=0.5))
+        second = client.submit(command_action("late", "echo 2", timeout_s=30))
+        assert time.monotonic() - started < 2 and late.queue == second.queue == ""
+        timed_out = late.result(timeout=10)
+        assert timed_out.status == "no_capacity"
+        assert "for 200 MB of memory" in timed_out.error
+        assert "1000 MB in all, 100 MB unreserved" in timed_out.error
+        registry.heartbeat("a", 2)
+        ended = client.submit(command_action("ended", "true", trajectory_memory_mb=200))
+        client.end_trajectory("ended")
+        assert ended.result(timeout=10).status == "cancelled"
+        registry.heartbeat("a", 2)
+        closing = client.submit(command_action("closing", "true", trajectory_memory_mb=200))
+    with TangramClient(settings) as other:
+        assert other._ledger.stored(closing.id)["status"] == "cancelled"  # type: ignore[index]
+        assert other._ledger.stored(second.id)["status"] == "cancelled"  # type: ignore[index]

@@ -167,6 +167,8 @@ class TangramClient:
             if checked.pool == "cpu" and self._waitlist.holds(checked.trajectory_id):
                 return self._park(checked, None, submitted)
             decided = self._router.route(checked)
+            if self._router.dropped:
+                self._waitlist.answer_dropped()
             if decided.wait is not None:
                 return self._park(checked, decided.wait, submitted)
             published = time.time()
@@ -177,8 +179,6 @@ class TangramClient:
 
     def _park(self, action: Action, wait: MemoryWait | None, submitted: float) -> ActionHandle:
         """Hand an action to the memory line; its handle's result waits for it."""
-        if self._router.dropped:
-            self._waitlist.answer_dropped()
         self._waitlist.park(action, wait, submitted)
         return ActionHandle(action, "", submitted, time.time(), self)
 

@@ -111,9 +111,11 @@ class Waitlist:
         while not self._stop.is_set():
             try:
                 self._tick(time.time())
+                self.answer_dropped()
             except (redis.RedisError, OperationalError) as exc:
                 log.info("memory waitlist: Redis did not answer (%s); trying again", exc)
-            self.answer_dropped()
+            except Exception:
+                log.exception("memory waitlist: unexpected error; trying again")
             with self._lock:
                 busy = bool(self._parked)
             self._wake.wait(POLL_S if busy else None)
@@ -176,9 +178,13 @@ class Waitlist:
     def _release(self, trajectory_id: str) -> None:
         """Publish the parked actions of a placed trajectory in order, under the lock so a
         later submission of it waits until they are out. Each is routed again (a later one may
-        need more cores than its node has); when the broker fails, the rest stay parked."""
+        need more cores than its node has); when the broker fails, the rest stay parked. One
+        cancelled or given up meanwhile gives its new pin back."""
         entry = self._parked.get(trajectory_id)
-        while entry is not None and entry.actions:
+        if entry is None:
+            self._router.registry.unpin(trajectory_id)
+            return
+        while entry.actions:
             action = entry.actions[0][0]
             try:
                 self._publish(action, self._router.route(action).queue)

@@ -3,9 +3,14 @@ clients, memory never reserved twice, and a dead client's ticket dropped and ans
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -140,3 +145,61 @@ def test_a_parked_action_times_out_or_is_cancelled_with_an_answer(
     with TangramClient(settings) as other:
         assert other._ledger.stored(closing.id)["status"] == "cancelled"  # type: ignore[index]
         assert other._ledger.stored(second.id)["status"] == "cancelled"  # type: ignore[index]
+
+
+@contextlib.contextmanager
+def beating(registry: Registry, node: str) -> Iterator[None]:
+    """Keep a registered node alive (heart-beating) while the block runs."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(0.3):
+            registry.heartbeat(node, 2)
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(5)
+
+
+CHILD = """
+import sys, time
+from tangram_celery.client import TangramClient, command_action
+from tangram_celery.settings import Settings
+client = TangramClient(Settings.from_env({}, redis_url=sys.argv[1]))
+client._router.tickets.lease_s = 2.0
+handle = client.submit(command_action("victim", "true", trajectory_memory_mb=500))
+print(handle.id, handle.queue or "parked", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_killed_client_leaves_the_line_and_its_action_is_answered(
+    settings: Settings, registry: Registry,
+) -> None:
+    registry.register_node("a", cores=2, memory_mb=1000)
+    root = Path(__file__).resolve().parents[2]
+    with beating(registry, "a"), TangramClient(settings) as client:
+        client.submit(command_action("hog", "true", trajectory_memory_mb=900))
+        child = subprocess.Popen([sys.executable, "-c", CHILD, settings.redis_url],
+                                 stdout=subprocess.PIPE, text=True,
+                                 env={**os.environ, "PYTHONPATH": str(root)})
+        try:
+            assert child.stdout is not None
+            victim, where = child.stdout.readline().split()
+            assert where == "parked"
+            after = client.submit(command_action("after", "true", trajectory_memory_mb=50))
+            assert after.queue == "", "it fits, but waits behind the victim (FCFS)"
+        finally:
+            child.kill()
+            child.wait(10)
+        deadline = time.monotonic() + 10
+        while client._ledger.stored(victim) is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert registry.pinned_node("after") == "a"
+        answered = client._ledger.stored(victim)
+        assert answered is not None and answered["status"] == "client_lost"
+        assert answered["trajectory_id"] == "victim"

@@ -114,6 +114,8 @@ def outcome_output(outcome: ExecOutcome) -> dict[str, Any]:
         "stderr": outcome.stderr,
         "stdout_truncated": outcome.stdout_truncated,
         "stderr_truncated": outcome.stderr_truncated,
+        "stdout_cut_bytes": outcome.stdout_cut_bytes,
+        "stderr_cut_bytes": outcome.stderr_cut_bytes,
         "environment_replaced": outcome.environment_replaced,
         "replaced_reason": outcome.replaced_reason,
     }

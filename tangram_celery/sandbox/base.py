@@ -115,6 +115,10 @@ class ExecOutcome:
     workdir_exceeded: bool = False
     environment_replaced: bool = False
     replaced_reason: str = ""
+    stdout_cut_bytes: int = 0
+    """Bytes of stdout left out between the kept head and tail (0 when not truncated)."""
+    stderr_cut_bytes: int = 0
+    """The same for stderr."""
 
 
 @runtime_checkable

@@ -80,7 +80,8 @@ def test_a_chatty_action_keeps_its_last_line(sandbox_run: Run) -> None:
     assert out.stdout.startswith("line 0\nline 1\n")
     assert out.stdout.endswith(f"line 19999\n{LAST_LINE}\n")
     printed = sum(len(f"line {i}\n") for i in range(20000)) + len(LAST_LINE) + 1
-    assert cut(printed - cap) in out.stdout
+    assert cut(printed - cap) in out.stdout and out.stdout_cut_bytes == printed - cap
+    assert out.stderr_cut_bytes == len("err ") + 9000 + 1 + len("STDERR-END\n") - cap
     assert out.stderr.startswith("err xxx") and out.stderr.endswith("x\nSTDERR-END\n")
     assert "bytes cut ...]" in out.stderr
     assert len(out.stdout.encode()) == cap + len(cut(printed - cap).encode())

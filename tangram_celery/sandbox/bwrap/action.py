@@ -96,6 +96,7 @@ class ActionRunner:
             oom_killed=group.oom_killed() if group is not None else False,
             stdout=stdout.text(), stderr=stderr.text(),
             stdout_truncated=stdout.truncated, stderr_truncated=stderr.truncated,
+            stdout_cut_bytes=stdout.cut, stderr_cut_bytes=stderr.cut,
             started_at=started_at, finished_at=finished_at,
             setup_s=max(ready - t0, 0.0), exec_s=max(end - ready, 0.0),
             workdir_bytes=usage, workdir_exceeded=exceeded,

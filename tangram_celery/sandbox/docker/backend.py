@@ -352,6 +352,7 @@ class DockerBackend:
             oom_killed=trailer.oom_killed if trailer is not None else oom,
             stdout=run.stdout.text(), stderr=run.stderr.text(),
             stdout_truncated=run.stdout.truncated, stderr_truncated=run.stderr.truncated,
+            stdout_cut_bytes=run.stdout.cut, stderr_cut_bytes=run.stderr.cut,
             started_at=run.started_at, finished_at=finished_at,
             setup_s=max(ready - t0, 0.0), exec_s=max(end - ready, 0.0),
             workdir_bytes=usage or 0, workdir_exceeded=exceeded,

@@ -114,6 +114,7 @@ def test_announced_node_takes_new_trajectories_until_its_worker_registers(
     (view,) = [v for v in registry.nodes() if v.name == "new"]
     assert view.alive and view.starting and view.trajectories == 0
     assert [mine.route(cpu_action(f"fresh-{i}", 100)).node for i in range(4)] == ["new"] * 4
+    registry.heartbeat("busy", 2)  # still alive (1 s ttl) however slow the routes above were
     assert mine.route(cpu_action("fresh-4", 100)).node == "busy"  # 5/2 vs 5/2: the name wins
     registry.register_node("new", 2, 8192)
     (view,) = [v for v in registry.nodes() if v.name == "new"]

@@ -52,6 +52,11 @@ class SandboxCapacityError(SandboxError):
     """The backend has no room for another trajectory (its uid pool is exhausted)."""
 
 
+class SandboxLostError(SandboxError):
+    """A sandbox died under a running action (``sandbox_lost``): its result is unknown and it was
+    not rerun; the trajectory's work dir is kept and its next action gets a fresh sandbox."""
+
+
 class WorkdirQuotaError(SandboxError):
     """A trajectory's work dir outgrew its quota; end the trajectory to free it."""
 

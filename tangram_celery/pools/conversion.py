@@ -79,10 +79,12 @@ def exec_spec(
     to the command, ``cpus`` the host CPUs it is pinned to."""
     payload = action.payload
     files = dict(payload.get("files", {}))
+    python = None
     if "code" in payload:
         snippet = f".tangram-{action.id}.py"
         files[snippet] = str(payload["code"])
         command = f"{SANDBOX_PYTHON} {snippet}; s=$?; rm -f {snippet}; exit $s"
+        python = snippet
     else:
         command = rewrite_parallelism(str(payload["cmd"]), len(units))
     return ExecSpec(
@@ -93,6 +95,7 @@ def exec_spec(
         cores=cpus,
         env={**payload.get("env", {}), "TANGRAM_UNITS": str(len(units))},
         stdin=payload.get("stdin"),
+        python=python,
     )
 
 

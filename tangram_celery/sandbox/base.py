@@ -76,6 +76,9 @@ class ExecSpec:
     ``command`` runs as ``/bin/sh -c COMMAND`` in the trajectory's work dir after ``files``
     (relative path -> text) were written there. ``cores`` holds one core id per allocated unit;
     the sandbox is pinned to exactly those cores and ``TANGRAM_UNITS`` is ``len(cores)``.
+    ``python``, when set, is the work-dir path of a Python script that is the whole action (a
+    code action, whose ``command`` runs the same script): a backend with a warm interpreter
+    runs it there, without starting one, and removes the script afterwards.
     """
 
     trajectory_id: str
@@ -85,6 +88,7 @@ class ExecSpec:
     cores: tuple[int, ...]
     env: Mapping[str, str] = field(default_factory=dict)
     stdin: str | None = None
+    python: str | None = None
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,9 @@ bubblewrap loads it with ``--seccomp FD`` right before it execs the command. It 
 what a test-running sandbox never needs and what widens the kernel attack surface: the keyring
 (``keyctl``, ``add_key``, ``request_key``: the caller's session keyring is otherwise reachable),
 io_uring, AF_VSOCK sockets, ``perf_event_open``, ``bpf``, ``userfaultfd``, module and kexec
-loading, mount-API and namespace calls, ``ptrace``-like cross-process memory access and a few
-more. Syscalls of a foreign ABI (i386 ``int 0x80``, x32) kill the process. Everything else is
+loading, mount-API and namespace calls, ``ptrace`` and cross-process memory access (no action
+can trace the warm executor or another action's processes) and a few more. Syscalls of a
+foreign ABI (i386 ``int 0x80``, x32) kill the process. Everything else is
 allowed: this complements, not replaces, the namespaces, uid drop, rlimits and cgroups.
 """
 
@@ -41,7 +42,7 @@ _NAMES = (
     "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
     "mount", "umount2", "pivot_root", "open_tree", "move_mount", "fsopen", "fsconfig",
     "fsmount", "fspick", "setns", "name_to_handle_at", "open_by_handle_at",
-    "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp",
+    "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp", "ptrace",
     "syslog", "acct", "quotactl", "swapon", "swapoff", "reboot",
 )
 
@@ -55,6 +56,7 @@ _X86_64 = {
     "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
     "setns": 308, "name_to_handle_at": 303, "open_by_handle_at": 304,
     "process_vm_readv": 310, "process_vm_writev": 311, "pidfd_getfd": 438, "kcmp": 312,
+    "ptrace": 101,
     "syslog": 103, "acct": 163, "quotactl": 179, "swapon": 167, "swapoff": 168, "reboot": 169,
     "socket": 41,
 }
@@ -68,6 +70,7 @@ _AARCH64 = {
     "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
     "setns": 268, "name_to_handle_at": 264, "open_by_handle_at": 265,
     "process_vm_readv": 270, "process_vm_writev": 271, "pidfd_getfd": 438, "kcmp": 272,
+    "ptrace": 117,
     "syslog": 116, "acct": 89, "quotactl": 60, "swapon": 224, "swapoff": 225, "reboot": 142,
     "socket": 198,
 }

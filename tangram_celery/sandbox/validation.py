@@ -150,6 +150,8 @@ def validate_spec(
             raise SandboxSpecError("stdin", "must be text (str) or None")
         if len(spec.stdin.encode("utf-8", errors="surrogateescape")) > limits.file_size_mb * MB:
             raise SandboxSpecError("stdin", f"over {limits.file_size_mb} MiB; ship it as a file")
+    if spec.python is not None:
+        split_relative_path(spec.python, "python")
     return validate_files(spec.files, limits)
 
 

@@ -1,7 +1,12 @@
-"""One action in the embedded backend: its cgroups, the launch, its output until exit or timeout.
+"""One action in the embedded backend: its cgroups, its child in the warm executor, its output.
 
-The wall-clock timeout SIGKILLs bubblewrap, whose death takes down the sandbox's pid namespace,
-and then every pid left in the action's cgroups; the process is reaped either way.
+The node makes the action's pipes and control socket and hands them to the trajectory's warm
+executor (:mod:`~tangram_celery.sandbox.bwrap.warm`), which forks the child. The child reports
+its pid (kernel-attested); the node moves it into the action's cgroups (memory, pids, its
+exclusive cpuset) and only then lets it run. The node reads the output from its own pipes and
+the exit status from the executor's ``waitpid``. At exit, or at the wall-clock timeout, every
+process of the action is SIGKILLed (its cgroups, its process group, and, when no other action of
+the trajectory runs, everything in the sandbox but the executor).
 """
 
 from __future__ import annotations
@@ -9,55 +14,101 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
+from typing import IO, Any, cast
 
-from tangram_celery.errors import SandboxSetupError
-from tangram_celery.sandbox.base import MB, ExecOutcome, ExecSpec, SandboxLimits
-from tangram_celery.sandbox.bwrap.launch import READY_MARKER, LaunchChain
+from tangram_celery.errors import SandboxLostError, SandboxSetupError
+from tangram_celery.sandbox.base import (
+    BASE_ENV,
+    INSIDE_WORKDIR,
+    MB,
+    ExecOutcome,
+    ExecSpec,
+    SandboxLimits,
+)
 from tangram_celery.sandbox.bwrap.trajectory import Pin, Trajectory
+from tangram_celery.sandbox.bwrap.warm import LOST, WarmExecutor, child_pid, control_pair
 from tangram_celery.sandbox.cgroup import ActionCgroup, CgroupLimits, CgroupV1
-from tangram_celery.sandbox.output import CappedBuffer, ReadyMarker, Sink, pump
+from tangram_celery.sandbox.output import CappedBuffer, pump
+from tangram_celery.sandbox.validation import sandbox_env
 from tangram_celery.sandbox.workdir import dir_usage
+
+SH = "/bin/sh"
+PLACE_TIMEOUT_S = 10.0
+EXIT_GRACE_S = 5.0
+
+
+class _Streams:
+    """The node's ends of an action's pipes, shaped as :func:`pump` reads a process."""
+
+    def __init__(self, stdin: IO[bytes] | None, stdout: IO[bytes], stderr: IO[bytes]) -> None:
+        self.stdin, self.stdout, self.stderr = stdin, stdout, stderr
+
+    def close(self) -> None:
+        for stream in (self.stdin, self.stdout, self.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
 
 
 class ActionRunner:
     """Runs the actions of the backend's trajectories, one call of :meth:`execute` each.
 
-    ``lock`` is the backend's: it guards the trajectories' processes, pins and flags.
+    ``lock`` is the backend's: it guards the trajectories' pins and flags. ``start_executor``
+    starts a trajectory's warm executor.
     """
 
     def __init__(
         self,
         limits: SandboxLimits,
-        launch: LaunchChain,
         cgroups: CgroupV1 | None,
         lock: threading.Lock,
-        *,
-        privileged: bool,
+        start_executor: Callable[[Trajectory], WarmExecutor],
     ) -> None:
         self.limits = limits
-        self.launch = launch
         self.cgroups = cgroups
         self._lock = lock
-        self._privileged = privileged
+        self._start_executor = start_executor
 
     def execute(self, spec: ExecSpec, traj: Trajectory, t0: float) -> ExecOutcome:
         """Run ``spec`` (its files written) in ``traj``'s sandbox; ``t0``: when the call began."""
+        executor = self.executor(traj)
         group = self._make_cgroup(spec, traj)
         pin = None if group is None else Pin(core_set(spec.cores), group)
         if pin is not None:
             with self._lock:
                 traj.pins.append(pin)
         try:
-            return self._spawn_and_wait(spec, traj, group, t0)
+            return self._run(spec, traj, executor, group, t0)
         finally:
             if pin is not None:
                 with self._lock:
                     traj.pins.remove(pin)
             if group is not None:
                 group.remove()
+            if spec.python is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(traj.path / spec.python)
+
+    def executor(self, traj: Trajectory) -> WarmExecutor:
+        """The trajectory's live executor, started (again) when it has none."""
+        with traj.start_lock:
+            current = traj.executor
+            if current is not None and current.alive():
+                return current
+            if current is not None:
+                current.close()
+            fresh = self._start_executor(traj)
+            with self._lock:
+                traj.executor = fresh
+                ended = traj.ended
+            if ended:
+                fresh.close()
+            return fresh
 
     def _make_cgroup(self, spec: ExecSpec, traj: Trajectory) -> ActionCgroup | None:
         if self.cgroups is None:
@@ -68,29 +119,33 @@ class ActionRunner:
         except OSError as exc:
             raise SandboxSetupError(f"cannot create the action's cgroups: {exc}") from exc
 
-    def _spawn_and_wait(
-        self, spec: ExecSpec, traj: Trajectory, group: ActionCgroup | None, t0: float
-    ) -> ExecOutcome:
+    def _run(self, spec: ExecSpec, traj: Trajectory, executor: WarmExecutor,
+             group: ActionCgroup | None, t0: float) -> ExecOutcome:
         stdout = CappedBuffer(self.limits.output_cap_bytes)
         stderr = CappedBuffer(self.limits.output_cap_bytes)
-        marker = ReadyMarker(READY_MARKER, stderr)
         stdin_data = spec.stdin.encode("utf-8", "surrogateescape") if spec.stdin else None
         started_at = time.time()
-        proc = self._spawn(spec, traj, group, stdin_wanted=stdin_data is not None)
+        deadline = time.monotonic() + spec.timeout_s
+        streams, action, ready = self._launch(spec, executor, group, stdin_data is not None,
+                                              deadline)
         try:
-            finished, returncode = _wait(proc, group, {1: stdout, 2: marker},
-                                         stdin_data, spec.timeout_s)
+            finished = pump(cast(subprocess.Popen[bytes], streams), {1: stdout, 2: stderr},
+                            stdin_data, deadline)
+            if not finished:
+                self._kill(executor, action, group)
+                pump(cast(subprocess.Popen[bytes], streams), {1: stdout, 2: stderr}, None,
+                     time.monotonic() + 2.0)
+            status = executor.wait(action, EXIT_GRACE_S)
+            if status is None:
+                self._kill(executor, action, group)
+                status = executor.wait(action, EXIT_GRACE_S)
         finally:
-            self._forget(traj, proc)
+            streams.close()
         end, finished_at = time.monotonic(), time.time()
-        if marker.ready_at is None and finished and returncode >= 0 and not traj.ended:
-            detail = (bytes(marker.preamble) + bytes(stderr.data)).decode(errors="replace")
-            raise SandboxSetupError(
-                f"bubblewrap could not start the sandbox (exit {returncode}): {detail.strip()}"
-            )
-        ready = marker.ready_at if marker.ready_at is not None else end
+        if status is None or status == LOST:
+            raise _lost(traj, executor)
         usage, exceeded = self._check_workdir(traj)
-        exit_code, sig = _status(returncode, timed_out=not finished)
+        exit_code, sig = _status(os.waitstatus_to_exitcode(status), timed_out=not finished)
         return ExecOutcome(
             exit_code=exit_code, signal=sig, timed_out=not finished,
             oom_killed=group.oom_killed() if group is not None else False,
@@ -102,47 +157,67 @@ class ActionRunner:
             workdir_bytes=usage, workdir_exceeded=exceeded,
         )
 
-    def _spawn(
-        self, spec: ExecSpec, traj: Trajectory, group: ActionCgroup | None, *, stdin_wanted: bool
-    ) -> subprocess.Popen[bytes]:
-        fds: list[int] = []
+    def _launch(self, spec: ExecSpec, executor: WarmExecutor, group: ActionCgroup | None,
+                stdin_wanted: bool, deadline: float) -> tuple[_Streams, int, float]:
+        """Hand the action to the executor, place its child in the cgroups, let it go."""
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        in_r, in_w = os.pipe() if stdin_wanted else (os.open(os.devnull, os.O_RDONLY), -1)
+        control, child_end = control_pair()
+        streams = _Streams(os.fdopen(in_w, "wb", buffering=0) if in_w >= 0 else None,
+                           os.fdopen(out_r, "rb", buffering=0),
+                           os.fdopen(err_r, "rb", buffering=0))
         try:
-            argv = self.launch.argv(spec, traj, group, fds)
-            uid = traj.uid if self._privileged else None
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE if stdin_wanted else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd="/",
-                env={},
-                close_fds=True,
-                pass_fds=tuple(fds),
-                start_new_session=True,
-                umask=0o022,
-                user=uid,
-                group=uid,
-                extra_groups=[] if uid is not None else None,
-            )
-        except OSError as exc:
-            raise SandboxSetupError(f"cannot launch bubblewrap: {exc}") from exc
+            action = executor.submit(self._request(spec, group),
+                                     [in_r, out_w, err_w, child_end.fileno()],
+                                     on_exit=_killer(group))
         finally:
-            for fd in fds:
+            for fd in (in_r, out_w, err_w):
                 os.close(fd)
-        with self._lock:
-            traj.procs.add(proc)
-            ended = traj.ended
-        if ended:
-            kill_proc(proc, group)
-        return proc
+            child_end.close()
+        try:
+            self._place(control, group, min(deadline, time.monotonic() + PLACE_TIMEOUT_S))
+        except BaseException:
+            streams.close()
+            executor.kill(action)
+            raise
+        finally:
+            control.close()
+        return streams, action, time.monotonic()
 
-    def _forget(self, traj: Trajectory, proc: subprocess.Popen[bytes]) -> None:
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
-        with self._lock:
-            traj.procs.discard(proc)
+    def _request(self, spec: ExecSpec, group: ActionCgroup | None) -> dict[str, Any]:
+        pinned = group is not None and "cpuset" in group.paths
+        request: dict[str, Any] = {
+            "env": sandbox_env(spec, BASE_ENV), "cwd": INSIDE_WORKDIR, "kill_all": True,
+            "cpus": [] if pinned else list(core_set(spec.cores)),
+        }
+        if spec.python is not None:
+            request["python"] = f"{INSIDE_WORKDIR}/{spec.python}"
+        else:
+            request["argv"] = [SH, "-c", spec.command]
+        return request
+
+    @staticmethod
+    def _place(control: socket.socket, group: ActionCgroup | None, deadline: float) -> None:
+        pid = child_pid(control, deadline)
+        if pid is None:
+            raise SandboxLostError("the sandbox's warm executor did not start the action's "
+                                   "process; the next action gets a fresh executor")
+        if group is not None:
+            try:
+                for procs in group.procs_files():
+                    with open(procs, "w") as fh:
+                        fh.write(str(pid))
+            except OSError as exc:
+                raise SandboxSetupError(f"cannot move the action into its cgroups: {exc}") \
+                    from exc
+        control.sendall(b"g")
+
+    @staticmethod
+    def _kill(executor: WarmExecutor, action: int, group: ActionCgroup | None) -> None:
+        executor.kill(action)
+        if group is not None:
+            group.kill()
 
     def _check_workdir(self, traj: Trajectory) -> tuple[int, bool]:
         quota = self.limits.workdir_mb * MB
@@ -154,24 +229,25 @@ class ActionRunner:
         return usage, exceeded
 
 
-def _wait(
-    proc: subprocess.Popen[bytes],
-    group: ActionCgroup | None,
-    sinks: dict[int, Sink],
-    stdin_data: bytes | None,
-    timeout_s: float,
-) -> tuple[bool, int]:
-    """Pump the streams until exit or timeout (then kill the tree); (finished, returncode)."""
-    try:
-        finished = pump(proc, sinks, stdin_data, time.monotonic() + timeout_s)
-        if not finished:
-            kill_proc(proc, group)
-            pump(proc, sinks, None, time.monotonic() + 2.0)
-        return finished, _reap(proc, group)
-    except BaseException:
-        kill_proc(proc, group)
-        proc.wait()
-        raise
+def _killer(group: ActionCgroup | None) -> Callable[[], None] | None:
+    """What kills the rest of an action's processes when its child exits."""
+    if group is None:
+        return None
+
+    def kill() -> None:
+        group.kill()
+
+    return kill
+
+
+def _lost(traj: Trajectory, executor: WarmExecutor) -> SandboxLostError:
+    code = executor.proc.poll()
+    how = "is still running" if code is None else f"exited with status {code}"
+    return SandboxLostError(
+        f"sandbox_lost: trajectory {traj.trajectory_id!r}: its warm executor died while the "
+        f"action ran (bubblewrap {how}); the action's result is unknown and it was not rerun. "
+        "The work dir is kept and the next action starts a fresh executor"
+    )
 
 
 def kill_proc(proc: subprocess.Popen[bytes], group: ActionCgroup | None = None) -> None:
@@ -183,25 +259,17 @@ def kill_proc(proc: subprocess.Popen[bytes], group: ActionCgroup | None = None) 
         group.kill()
 
 
-def _reap(proc: subprocess.Popen[bytes], group: ActionCgroup | None) -> int:
-    try:
-        return proc.wait(timeout=5.0)
-    except subprocess.TimeoutExpired:
-        kill_proc(proc, group)
-        return proc.wait()
-
-
 def core_set(cores: tuple[int, ...]) -> tuple[int, ...]:
     """The distinct cores of a unit list, sorted (how a cpuset holds them)."""
     return tuple(sorted(set(cores)))
 
 
 def _status(returncode: int, *, timed_out: bool) -> tuple[int | None, int | None]:
-    """(exit_code, signal) from bubblewrap's status (it reports ``128 + n`` for signal ``n``)."""
+    """(exit_code, signal) from the child's status (``-n`` or ``128 + n`` for signal ``n``)."""
     if timed_out:
         return None, int(signal.SIGKILL)
     if returncode < 0:
-        return None, -returncode
+        return 128 - returncode, -returncode
     if 128 < returncode <= 128 + 64:
         return returncode, returncode - 128
     return returncode, None

@@ -10,6 +10,7 @@ import contextlib
 import os
 import shutil
 import stat
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ from tangram_celery.sandbox.bwrap.action import ActionRunner, core_set, kill_pro
 from tangram_celery.sandbox.bwrap.launch import LaunchChain, find_tool, system_binds
 from tangram_celery.sandbox.bwrap.trajectory import Trajectory
 from tangram_celery.sandbox.bwrap.uids import UidPool, kill_uid
+from tangram_celery.sandbox.bwrap.warm import WarmExecutor
 from tangram_celery.sandbox.cgroup import CgroupV1
 from tangram_celery.sandbox.owner import is_stale_tag, owner_tag
 from tangram_celery.sandbox.seccomp import build_filter
@@ -81,13 +83,12 @@ class BwrapBackend:
         self._trajs: dict[str, Trajectory] = {}
         self._closed = False
         self.available_cores = frozenset(os.sched_getaffinity(0))
-        launch = LaunchChain(limits, bwrap, prlimit, taskset, system_binds(),
-                             build_filter() if seccomp else None)
+        self.launch = LaunchChain(limits, bwrap, prlimit, taskset, system_binds(),
+                                  build_filter() if seccomp else None)
         self.root_dir = Path(root_dir)
         self.instance_dir = self._make_instance_dir()
         self.cgroups = CgroupV1() if cgroups and self._privileged else None
-        self._runner = ActionRunner(limits, launch, self.cgroups, self._lock,
-                                    privileged=self._privileged)
+        self._runner = ActionRunner(limits, self.cgroups, self._lock, self._start_executor)
 
     # -- public interface -------------------------------------------------------------------
 
@@ -136,6 +137,9 @@ class BwrapBackend:
                 return
             traj.ended = True
             procs = list(traj.procs)
+            executor = traj.executor
+        if executor is not None:
+            executor.close()
         for proc in procs:
             kill_proc(proc)
         self._dispose(traj)
@@ -181,6 +185,28 @@ class BwrapBackend:
         if self._privileged:
             _check_traversable(path)
         return path
+
+    def _start_executor(self, traj: Trajectory) -> WarmExecutor:
+        """Start the trajectory's sandbox around a fresh warm executor."""
+        return WarmExecutor.start(lambda channel_fd: self._spawn_sandbox(traj, channel_fd))
+
+    def _spawn_sandbox(self, traj: Trajectory, channel_fd: int) -> subprocess.Popen[bytes]:
+        fds: list[int] = []
+        try:
+            argv = self.launch.executor_argv(traj, channel_fd, fds)
+            uid = traj.uid if self._privileged else None
+            return subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE, cwd="/", env={}, close_fds=True, pass_fds=tuple(fds),
+                start_new_session=True, umask=0o022, user=uid, group=uid,
+                extra_groups=[] if uid is not None else None,
+            )
+        except OSError as exc:
+            raise SandboxSetupError(f"cannot launch bubblewrap: {exc}") from exc
+        finally:
+            for fd in fds:
+                if fd != channel_fd:
+                    os.close(fd)
 
     def _alloc_uid(self) -> int:
         return self.uids.take() if self._privileged else os.getuid()

@@ -11,9 +11,12 @@ environment and the seccomp filter.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from tangram_celery.errors import SandboxSetupError
 from tangram_celery.sandbox.base import BASE_ENV, INSIDE_WORKDIR, MB, ExecSpec, SandboxLimits
@@ -22,6 +25,7 @@ from tangram_celery.sandbox.cgroup import ActionCgroup, format_cpus
 from tangram_celery.sandbox.validation import sandbox_env
 
 INSIDE_UID = 1000
+EXECUTOR_PYTHON = "/usr/bin/python3"
 READY_MARKER = b"\x1etangram-sandbox-ready\x1e"
 SETUP_HELP = "run the README's setup command (it installs bubblewrap and util-linux)"
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
@@ -49,6 +53,15 @@ JOIN_SCRIPT = (
 # pid namespace down; being bubblewrap's direct child, it never lingers as a zombie on the host
 # (bubblewrap's own pid-1 reaper would be orphaned to the host's init when the action ends).
 WRAP_SCRIPT = "printf '\\036tangram-sandbox-ready\\036' >&2; /bin/sh -c \"$1\""
+
+
+@functools.cache
+def executor_source() -> str:
+    """The warm executor's source, handed to the sandbox's python as ``-c`` (no file the
+    sandbox could write or swap)."""
+    from tangram_celery.sandbox import executor
+
+    return Path(executor.__file__).read_text()
 
 
 def find_tool(name: str, what: str) -> str:
@@ -122,8 +135,24 @@ class LaunchChain:
             args.append(f"--cpu={lim.cpu_time_s}")
         return args
 
+    def executor_argv(self, traj: Trajectory, channel_fd: int, fds: list[int]) -> list[str]:
+        """The chain that starts the trajectory's warm executor (see
+        :mod:`~tangram_celery.sandbox.executor`) as the sandbox's pid 1, its channel on
+        ``channel_fd``; ``fds`` collects the descriptors bubblewrap must inherit."""
+        fds.append(channel_fd)
+        chain = [self.prlimit, *self.rlimit_args(), "--"]
+        sandbox = self.sandbox_args(traj, BASE_ENV, fds, die_with_parent=False)
+        return [*chain, *sandbox, "--", EXECUTOR_PYTHON, "-I", "-c", executor_source(),
+                str(channel_fd)]
+
     def bwrap_args(self, spec: ExecSpec, traj: Trajectory, fds: list[int]) -> list[str]:
         """bubblewrap's argv, the in-sandbox wrapper included; ``fds`` collects what it inherits."""
+        args = self.sandbox_args(traj, sandbox_env(spec, BASE_ENV), fds)
+        return [*args, "--", self.sh, "-c", WRAP_SCRIPT, "tangram", spec.command]
+
+    def sandbox_args(self, traj: Trajectory, env: Mapping[str, str], fds: list[int], *,
+                     die_with_parent: bool = True) -> list[str]:
+        """bubblewrap and its options, up to the command; ``fds`` collects what it inherits."""
 
         def fd_of(fd: int) -> str:
             fds.append(fd)
@@ -133,7 +162,8 @@ class LaunchChain:
         args = [
             self.bwrap,
             "--unshare-all", "--unshare-user", "--disable-userns",
-            "--die-with-parent", "--as-pid-1", "--new-session", "--cap-drop", "ALL", "--clearenv",
+            *(["--die-with-parent"] if die_with_parent else []),
+            "--as-pid-1", "--new-session", "--cap-drop", "ALL", "--clearenv",
             "--uid", str(INSIDE_UID), "--gid", str(INSIDE_UID), "--hostname", "tangram",
             *self.system_binds,
             "--proc", "/proc", "--dev", "/dev",
@@ -144,9 +174,9 @@ class LaunchChain:
         ]
         for dest, content in ETC_FILES.items():
             args += ["--perms", "0444", "--ro-bind-data", fd_of(_data_fd(content.encode())), dest]
-        for key, value in sandbox_env(spec, BASE_ENV).items():
+        for key, value in env.items():
             args += ["--setenv", key, value]
         args += ["--remount-ro", "/dev", "--remount-ro", "/"]
         if self.seccomp is not None:
             args += ["--seccomp", fd_of(_data_fd(self.seccomp))]
-        return [*args, "--", self.sh, "-c", WRAP_SCRIPT, "tangram", spec.command]
+        return args

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import subprocess
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tangram_celery.sandbox.cgroup import ActionCgroup
+
+if TYPE_CHECKING:
+    from tangram_celery.sandbox.bwrap.warm import WarmExecutor
 
 
 @dataclass
@@ -19,7 +24,7 @@ class Pin:
 
 @dataclass
 class Trajectory:
-    """A live trajectory: its uid, work dir and the processes and pins of its running
+    """A live trajectory: its uid, work dir, warm executor and the pins of its running
     actions."""
 
     trajectory_id: str
@@ -31,3 +36,5 @@ class Trajectory:
     ended: bool = False
     exceeded: bool = False
     released: bool = False
+    executor: WarmExecutor | None = None
+    start_lock: threading.Lock = field(default_factory=threading.Lock)

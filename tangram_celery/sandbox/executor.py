@@ -1,0 +1,265 @@
+"""The warm executor: a small stdlib-only process that lives inside a trajectory's sandbox.
+
+The node starts it once per sandbox (``python3 -I -c <this file's source> FD``) inside the
+sandbox's namespaces, uid, seccomp filter and rlimits, as the sandbox's pid 1. It keeps an
+interpreter loaded and, for each action, forks a child that runs a shell command (``execve`` of
+``/bin/sh -c``) or a Python script (in the forked interpreter: no interpreter start). It reads
+nothing but the channel ``FD``, a unix stream socket whose other end only the node holds.
+
+Integrity (the node trusts only what this process and the kernel say):
+
+- it is the pid namespace's init and installs no handler for a terminating signal, so the
+  kernel drops every signal an action sends it (SIGKILL included);
+- it is not dumpable (``PR_SET_DUMPABLE 0``): actions cannot ptrace it, nor open its
+  ``/proc/1/mem`` or ``/proc/1/fd``;
+- a child closes the channel before anything else, so actions never hold it;
+- the node passes each action's stdin, stdout and stderr (its own pipes) and a per-action
+  control socket over the channel (``SCM_RIGHTS``); the child sends its kernel-attested pid on
+  the control socket (``SCM_CREDENTIALS``), waits for the node's go byte (the node first moves
+  it into the action's cgroup), and only then runs user code;
+- the exit status is the child's wait status, read here with ``waitpid``, never anything the
+  child writes.
+
+Frames on the channel are a 4-byte big-endian length and a JSON object. The node sends
+``{"op": "run", "id", "argv" | "python", "env", "cwd", "cpus", "kill_all"}`` with four fds
+(stdin, stdout, stderr, control) and ``{"op": "kill", "id"}``; this process answers
+``{"event": "ready", "pid"}`` once, then ``{"event": "exit", "id", "status"}`` per action (or
+``{"event": "error", "id", "message"}``). On EOF it kills everything in the sandbox and exits.
+"""
+
+from __future__ import annotations
+
+import array
+import atexit
+import contextlib
+import ctypes
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import traceback
+from typing import Any
+
+PR_SET_DUMPABLE = 4
+HEADER = struct.Struct(">I")
+MAX_FRAME = 4 * 1024 * 1024
+FDS_PER_RUN = 4
+
+
+def send_frame(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
+    """Send one frame, with ``fds`` attached to its first byte."""
+    body = json.dumps(message, separators=(",", ":")).encode()
+    data = HEADER.pack(len(body)) + body
+    if fds:
+        ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
+        sent = sock.sendmsg([data], ancillary)
+        data = data[sent:]
+    if data:
+        sock.sendall(data)
+
+
+def recv_frame(sock: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
+    """One frame and the fds that came with it; None at EOF."""
+    fds: list[int] = []
+    buf = b""
+    need = HEADER.size
+    have_header = False
+    while True:
+        while len(buf) < need:
+            chunk, ancillary, _, _ = sock.recvmsg(need - len(buf), socket.CMSG_SPACE(64 * 4))
+            for level, kind, data in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    usable = len(data) - len(data) % 4
+                    fds.extend(array.array("i", data[:usable]))
+            if not chunk:
+                for fd in fds:
+                    os.close(fd)
+                return None
+            buf += chunk
+        if have_header:
+            return json.loads(buf), fds
+        (size,) = HEADER.unpack(buf)
+        if size > MAX_FRAME:
+            raise ValueError(f"frame of {size} bytes")
+        buf, need, have_header = b"", size, True
+
+
+def _undumpable() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0)")
+
+
+def _child(channel: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
+    """In the forked child: drop the channel, wait to be placed, run the action. Never returns."""
+    code = 125
+    try:
+        channel.close()
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setsid()
+        stdin, stdout, stderr, control = fds
+        for target, fd in ((0, stdin), (1, stdout), (2, stderr)):
+            os.dup2(fd, target)
+        ctl = socket.socket(fileno=control)
+        creds = struct.pack("3i", os.getpid(), os.getuid(), os.getgid())
+        ctl.sendmsg([b"r"], [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, creds)])
+        if ctl.recv(1) != b"g":
+            os._exit(125)
+        ctl.close()
+        if request.get("cpus"):
+            os.sched_setaffinity(0, request["cpus"])
+        os.closerange(3, 65536)
+        os.chdir(request.get("cwd", "/"))
+        env = {str(k): str(v) for k, v in request.get("env", {}).items()}
+        if "python" in request:
+            code = _run_python(str(request["python"]), env)
+        else:
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+            argv = [str(a) for a in request["argv"]]
+            os.execve(argv[0], argv, env)
+    except BaseException:  # noqa: BLE001 # the child reports through its exit status only
+        code = 126
+    os._exit(code)
+
+
+def _run_python(path: str, env: dict[str, str]) -> int:
+    """Run ``path`` as ``__main__`` in this (forked) interpreter; its exit code."""
+    os.environ.clear()
+    os.environ.update(env)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    sys.argv = [path]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    code = 0
+    try:
+        with open(path, "rb") as fh:
+            source = fh.read()
+        compiled = compile(source, path, "exec")
+        exec(compiled, {"__name__": "__main__", "__file__": path, "__builtins__": __builtins__})  # nosec B102 # the action's own code, in its own sandboxed process
+    except SystemExit as exc:
+        code = _exit_code(exc.code)
+    except BaseException:  # noqa: BLE001 # like the interpreter: print the traceback, exit 1
+        traceback.print_exc()
+        code = 1
+    try:
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:  # noqa: BLE001
+        code = code or 120
+    return code
+
+
+def _exit_code(value: object) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, int):
+        return value & 0xFF
+    print(value, file=sys.stderr)
+    return 1
+
+
+class Executor:
+    """The executor's state: its channel and its running children (pid -> action id)."""
+
+    def __init__(self, channel: socket.socket) -> None:
+        self.channel = channel
+        self.children: dict[int, int] = {}
+        self.by_id: dict[int, int] = {}
+        self.kill_all: dict[int, bool] = {}
+
+    def handle(self, message: dict[str, Any], fds: list[int]) -> None:
+        """Act on one frame from the node."""
+        if message.get("op") == "run":
+            self.start(message, fds)
+        elif message.get("op") == "kill":
+            pid = self.by_id.get(int(message.get("id", -1)))
+            if pid is not None:
+                self._kill_tree(pid, int(message.get("id", -1)))
+        for fd in fds:
+            os.close(fd)
+
+    def start(self, request: dict[str, Any], fds: list[int]) -> None:
+        """Fork the child of one action."""
+        action = int(request["id"])
+        if len(fds) != FDS_PER_RUN:
+            send_frame(self.channel, {"event": "error", "id": action,
+                                      "message": f"got {len(fds)} fds, want {FDS_PER_RUN}"})
+            return
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            send_frame(self.channel, {"event": "error", "id": action,
+                                      "message": f"fork failed: {exc}"})
+            return
+        if pid == 0:
+            _child(self.channel, request, fds)
+        self.children[pid] = action
+        self.by_id[action] = pid
+        self.kill_all[action] = bool(request.get("kill_all"))
+
+    def reap(self) -> None:
+        """Reap every exited process; report the actions' children."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            action = self.children.pop(pid, None)
+            if action is None:
+                continue
+            self.by_id.pop(action, None)
+            self._kill_tree(pid, action)
+            self.kill_all.pop(action, None)
+            send_frame(self.channel, {"event": "exit", "id": action, "status": status})
+
+    def _kill_tree(self, pid: int, action: int) -> None:
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
+        if self.kill_all.get(action) and not [a for a in self.children.values() if a != action]:
+            with contextlib.suppress(OSError):
+                os.kill(-1, signal.SIGKILL)
+
+
+def main() -> None:
+    """Serve the channel given as ``argv[1]`` until the node closes it."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, signal.SIG_DFL)
+    _undumpable()
+    channel = socket.socket(fileno=int(sys.argv[1]))
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    os.set_blocking(wake_r, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    null = os.open("/dev/null", os.O_RDWR)
+    for target in (0, 1, 2):
+        os.dup2(null, target)
+    os.close(null)
+    executor = Executor(channel)
+    send_frame(channel, {"event": "ready", "pid": os.getpid()})
+    poller = select.poll()
+    poller.register(channel.fileno(), select.POLLIN)
+    poller.register(wake_r, select.POLLIN)
+    while True:
+        for fd, _ in poller.poll():
+            if fd == wake_r:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 4096)
+                continue
+            frame = recv_frame(channel)
+            if frame is None:
+                with contextlib.suppress(OSError):
+                    os.kill(-1, signal.SIGKILL)
+                os._exit(0)
+            executor.handle(*frame)
+        executor.reap()
+
+
+if __name__ == "__main__":
+    main()

@@ -109,7 +109,21 @@ os.kill(pid, 9)
     assert "ATTACH -1 1" in out.stdout, out.stdout + out.stderr
 
 
-def test_a_leftover_process_cannot_forge_a_later_actions_output(run: Run) -> None:
+@pytest.fixture(params=["cgroups", "no-cgroups"])
+def either(request: pytest.FixtureRequest, sandbox_tools: None,
+           sandbox_root: Path) -> Iterator[BwrapBackend]:
+    """A backend with its cgroups, and one without (rlimits and the executor's kills only)."""
+    b = BwrapBackend(sandbox_root, SMALL_LIMITS, cgroups=request.param == "cgroups")
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+def test_a_leftover_process_cannot_forge_a_later_actions_output(either: BwrapBackend) -> None:
+    def run(command: str) -> ExecOutcome:
+        return _run(either, command)
+
     forger = py("""
 import os, subprocess
 script = '''

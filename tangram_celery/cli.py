@@ -136,6 +136,10 @@ def run_stack_command(settings: Settings, args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tangram`` command."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:2] == ["bench", "overhead"]:
+        from tangram_celery.bench.overhead import main as overhead_main
+
+        return overhead_main(argv[2:])
     if argv[:1] == ["bench"]:
         from tangram_celery.bench.suite import main as bench_main
 

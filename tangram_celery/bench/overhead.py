@@ -1,11 +1,25 @@
-"""Per-action round-trip overhead of tangram against a raw Celery no-op task, side by side.
+"""Per-action overhead of tangram, side by side with raw Celery and the no-isolation baseline.
 
-    python -m tangram_celery.bench.overhead [--n 200]
+    tangram bench overhead [--json] [--n 60] [--rounds 3] [--docker-url URL]
+    python -m tangram_celery.bench.overhead ...
 
-Both run on the same Redis (the one at ``TANGRAM_REDIS_URL`` if it answers, else an embedded
-one) with real worker subprocesses. Reported: the raw ``apply_async().get()`` round trip of a
-no-op task, tangram's round trip of a trivial sandboxed action (``true``) split into its ACT
-parts, and tangram's overhead over the raw round trip.
+One run, interleaved in rounds, on one Redis (``TANGRAM_REDIS_URL`` if it answers, else an
+embedded one) with real worker subprocesses (one CPU node of 2 cores), the baseline server of
+:mod:`tangram_celery.bench.baseline` (a subprocess per request, no isolation, no queue) and, in
+this process, a bubblewrap backend and (when an engine answers) a Docker backend. Reported, as
+p50 milliseconds unless named ``_per_s``:
+
+- ``raw_celery_p50_ms``: a raw Celery no-op round trip; ``tangram_trivial_p50_ms``: a ``true``
+  action through the whole system (client, Redis, node, sandbox);
+- ``warm_exec_p50_ms`` (``true``; also ``warm_exec_true_p50_ms``) and ``warm_exec_print_p50_ms``
+  (a Python ``print(1)``): ``run()`` on the bubblewrap backend in a live trajectory;
+  ``cold_start_p50_ms``: its first action in a fresh trajectory; ``docker_warm_exec_p50_ms``:
+  ``true`` in a live trajectory of the Docker backend;
+- ``print_seq_p50_ms`` / ``baseline_print_seq_p50_ms``: sequential ``print(1)`` requests;
+- ``print_32_inflight_per_s`` / ``baseline_print_32_inflight_per_s``: ``print(1)`` throughput
+  with 32 requests in flight (32 trajectories);
+- ``cpu_32_inflight_per_s``: a ~0.19 s CPU-bound snippet with 32 in flight, against
+  ``cpu_ceiling_per_s`` = the node's cores / the snippet's time alone.
 """
 
 from __future__ import annotations
@@ -13,19 +27,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import statistics
+import os
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import redis
 from celery import Celery
 
 from tangram_celery.action import ActionResult
+from tangram_celery.bench import overhead_probes as probes
+from tangram_celery.bench.overhead_report import report_of, table_of
+from tangram_celery.bench.overhead_rig import Rig, open_rig
 from tangram_celery.client import TangramClient, command_action
 from tangram_celery.client.waiter import ResultWaiter
 from tangram_celery.processes import stop_process
@@ -90,31 +106,67 @@ def measure_tangram(client: TangramClient, n: int) -> list[ActionResult]:
             for _ in range(n)]
 
 
-def summarize(
-    raw: list[float], raw_waiter: list[float], results: list[ActionResult]
-) -> dict[str, Any]:
-    """p50/p99 in ms of the raw round trips and of tangram's ACT parts."""
-    def ms(values: Sequence[float]) -> dict[str, float]:
-        return {"p50": statistics.median(values) * 1000, "p99": percentile(values, 0.99) * 1000}
+def run_rounds(app: Celery, client: TangramClient, waiter: ResultWaiter, rig: Rig, n: int,
+               rounds: int) -> tuple[dict[str, list[float]], float]:
+    """Every measurement, interleaved over ``rounds`` rounds; (samples, CPU snippet alone s)."""
+    out = probes.Samples()
+    run_id = os.urandom(3).hex()
+    names = [f"bench-print-{run_id}", *(f"bench-p32-{run_id}-{i}" for i in range(32))]
+    try:
+        alone = _rounds(app, client, waiter, rig, n, rounds, out, names)
+    finally:
+        for trajectory_id in ("bench-overhead", *names):
+            client.end_trajectory(trajectory_id)
+    return out.values, alone
 
-    parts = {p: ms([r.act[p] for r in results]) for p in ("total", "queue", "exec", "overhead")}
-    setup = ms([r.timings.setup_s for r in results])
-    return {
-        "raw_celery_noop_ms": ms(raw),
-        "raw_noop_tangram_waiter_ms": ms(raw_waiter),
-        "tangram_ms": parts,
-        "tangram_sandbox_setup_ms": setup,
-        "tangram_minus_raw_p50_ms": parts["total"]["p50"] - ms(raw)["p50"],
-        "ratio_total_p50": parts["total"]["p50"] / ms(raw)["p50"],
-    }
+
+def _rounds(app: Celery, client: TangramClient, waiter: ResultWaiter, rig: Rig, n: int,
+            rounds: int, out: probes.Samples, names: Sequence[str]) -> float:
+    iterations, alone = probes.calibrate_cpu()
+    warm_true = probes.warm_true(rig.bwrap, "bench-warm", rig.core)
+    warm_print = probes.warm_print(rig.bwrap, "bench-warm", rig.core)
+    docker_true = probes.warm_true(rig.docker, "bench-warm", rig.core) if rig.docker else None
+    print_seq = probes.tangram_print(client, names[0])
+    base_print = probes.baseline_print(rig.baseline_url)
+    lanes = [probes.tangram_print(client, name) for name in names[1:]]
+    cpu_lanes = [probes.tangram_cpu(client, name, iterations) for name in names[1:]]
+    for call in (warm_true, warm_print, print_seq, base_print, *lanes):  # warm everything up
+        call()
+    measure_raw(app, 10)
+    measure_tangram(client, 5)
+    if docker_true is not None:
+        probes.timed(docker_true, 3)
+    per = max(n // rounds, 1)
+    for _ in range(rounds):
+        out.add("raw", measure_raw(app, per))
+        out.add("raw_waiter", measure_raw(app, per, waiter))
+        results = measure_tangram(client, per)
+        out.add("tangram_trivial", [r.act["total"] for r in results])
+        out.add("tangram_trivial_setup", [r.timings.setup_s for r in results])
+        out.add("tangram_trivial_exec", [r.timings.exec_s for r in results])
+        out.add("warm_true", probes.timed(warm_true, per))
+        out.add("warm_print", probes.timed(warm_print, per))
+        out.add("cold", probes.cold_starts(rig.bwrap, max(per // 3, 3), rig.core, "bench-cold"))
+        if docker_true is not None:
+            out.add("docker_warm", probes.timed(docker_true, max(per // 3, 3)))
+        out.add("print_seq", probes.timed(print_seq, per))
+        out.add("baseline_print_seq", probes.timed(base_print, per))
+        out.add("print_32", [probes.inflight_rate(lanes, 3)])
+        out.add("baseline_print_32", [probes.inflight_rate([base_print] * 32, 3)])
+        out.add("cpu_32", [probes.inflight_rate(cpu_lanes, 1)])
+    return alone
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the benchmark and print its table (and JSON with ``--json``)."""
-    parser = argparse.ArgumentParser(prog="python -m tangram_celery.bench.overhead")
-    parser.add_argument("--n", type=int, default=200)
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--serve-noop", metavar="REDIS_URL")
+    """Run the benchmark; print its table, or with ``--json`` one JSON object."""
+    parser = argparse.ArgumentParser(prog="tangram bench overhead")
+    parser.add_argument("--n", type=int, default=60, help="samples per latency, all rounds")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", action="store_true", help="print one JSON object only")
+    parser.add_argument("--docker-url", default=None,
+                        help="a Docker engine for docker_warm_exec_p50_ms (default: "
+                             "TANGRAM_SANDBOX_DOCKER_URL or the default socket)")
+    parser.add_argument("--serve-noop", metavar="REDIS_URL", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_noop:
         app = noop_app(Settings.from_env({}, redis_url=args.serve_noop))
@@ -124,35 +176,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = Settings.from_env()
     with tempfile.TemporaryDirectory(prefix="tangram-bench-") as logs, \
             local_cluster(settings, DemoConfig(nodes=1, cores_per_node=2), Path(logs)) as live, \
-            noop_worker(live, Path(logs) / "noop.log") as app, TangramClient(live) as client:
+            noop_worker(live, Path(logs) / "noop.log") as app, TangramClient(live) as client, \
+            open_rig(live, args.docker_url) as rig:
         waiter = ResultWaiter(redis.Redis.from_url(live.redis_url))
-        measure_raw(app, 20)
-        measure_raw(app, 20, waiter)
-        measure_tangram(client, 10)
-        raw, raw_waiter, results = [], [], []
-        for _ in range(5):
-            raw += measure_raw(app, args.n // 5)
-            raw_waiter += measure_raw(app, args.n // 5, waiter)
-            results += measure_tangram(client, args.n // 5)
-        waiter.close()
-        client.end_trajectory("bench-overhead")
-    report = summarize(raw, raw_waiter, results)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    raw_ms, t = report["raw_celery_noop_ms"], report["tangram_ms"]
-    print(f"raw Celery no-op round trip      p50 {raw_ms['p50']:7.2f} ms  p99 {raw_ms['p99']:7.2f}"
-          "  (AsyncResult.get)")
-    waited = report["raw_noop_tangram_waiter_ms"]
-    print(f"raw Celery no-op round trip      p50 {waited['p50']:7.2f} ms  p99 {waited['p99']:7.2f}"
-          "  (tangram's result waiter)")
-    for part in ("total", "queue", "exec", "overhead"):
-        print(f"tangram trivial action {part:<9} p50 {t[part]['p50']:7.2f} ms  "
-              f"p99 {t[part]['p99']:7.2f}")
-    setup = report["tangram_sandbox_setup_ms"]["p50"]
-    print(f"tangram sandbox setup            p50 {setup:7.2f} ms")
-    print(f"tangram - raw (p50)              {report['tangram_minus_raw_p50_ms']:7.2f} ms  "
-          f"(ratio {report['ratio_total_p50']:.2f}x vs AsyncResult.get), n={args.n}, "
-          "interleaved in 5 rounds")
+        try:
+            samples, alone = run_rounds(app, client, waiter, rig, args.n, args.rounds)
+        finally:
+            waiter.close()
+    report = report_of(samples, rig.docker_error, args.n, args.rounds, alone, cores=2)
+    print(json.dumps(report) if args.json else table_of(report))
     return 0
 
 

@@ -19,6 +19,7 @@ from tangram_celery.errors import SandboxError, SandboxSetupError, WorkdirQuotaE
 from tangram_celery.sandbox.base import ExecOutcome, ExecSpec, SandboxLimits
 from tangram_celery.sandbox.bwrap.action import ActionRunner, core_set, kill_proc
 from tangram_celery.sandbox.bwrap.launch import LaunchChain, find_tool, system_binds
+from tangram_celery.sandbox.bwrap.ready import READY_PREFIX, ReadyPool
 from tangram_celery.sandbox.bwrap.trajectory import Trajectory
 from tangram_celery.sandbox.bwrap.uids import UidPool, kill_uid
 from tangram_celery.sandbox.bwrap.warm import WarmExecutor
@@ -61,6 +62,7 @@ class BwrapBackend:
         uid_lock_dir: Path = Path("/run/tangram-sandbox-uids"),
         cgroups: bool = True,
         seccomp: bool = True,
+        ready: int = 2,
     ) -> None:
         """Prepare the backend; runs nothing yet.
 
@@ -71,7 +73,9 @@ class BwrapBackend:
         ``uid_base + uid_count - 1`` (pick a range no other user or worker on the host uses);
         otherwise everything runs as the worker's own uid. A uid is held through a lock file
         in ``uid_lock_dir`` so workers with overlapping ranges never share one.
-        ``cgroups=False`` and ``seccomp=False`` turn those layers off.
+        ``cgroups=False`` and ``seccomp=False`` turn those layers off. ``ready`` sandboxes are
+        kept started ahead (each with its uid, work dir and warm executor) for the first
+        actions of new trajectories; 0 starts each on its first action.
         """
         self.limits = limits
         bwrap = find_tool(bwrap_path, "bubblewrap")
@@ -89,6 +93,8 @@ class BwrapBackend:
         self.instance_dir = self._make_instance_dir()
         self.cgroups = CgroupV1() if cgroups and self._privileged else None
         self._runner = ActionRunner(limits, self.cgroups, self._lock, self._start_executor)
+        self._made = 0
+        self._ready = ReadyPool(ready, self._make_ready, self._discard_ready)
 
     # -- public interface -------------------------------------------------------------------
 
@@ -154,6 +160,7 @@ class BwrapBackend:
         with self._lock:
             self._closed = True
             ids = list(self._trajs)
+        self._ready.close()
         for trajectory_id in ids:
             self.end_trajectory(trajectory_id)
         if self.cgroups is not None:
@@ -227,20 +234,48 @@ class BwrapBackend:
             return traj
 
     def _create(self, trajectory_id: str) -> Trajectory:
-        uid = self._alloc_uid()
         path = self.instance_dir / workdir_name(validate_trajectory_id(trajectory_id))
+        if path.exists():
+            shutil.rmtree(path, ignore_errors=True)
+        ready = self._ready.take(path, trajectory_id)
+        if ready is not None:
+            self._trajs[trajectory_id] = ready
+            return ready
+        traj = self._new_sandbox(trajectory_id, path)
+        self._trajs[trajectory_id] = traj
+        return traj
+
+    def _make_ready(self) -> Trajectory:
+        """A started sandbox for a trajectory to come (see :mod:`.ready`)."""
+        with self._lock:
+            if self._closed:
+                raise SandboxError("the sandbox backend is closed")
+            self._made += 1
+            traj = self._new_sandbox("(ready)", self.instance_dir / f"{READY_PREFIX}{self._made}")
         try:
-            if path.exists():
-                shutil.rmtree(path)
+            traj.executor = self._start_executor(traj)
+        except BaseException:
+            self._discard_ready(traj)
+            raise
+        return traj
+
+    def _discard_ready(self, traj: Trajectory) -> None:
+        traj.ended = True
+        if traj.executor is not None:
+            traj.executor.close()
+        self._dispose(traj)
+
+    def _new_sandbox(self, trajectory_id: str, path: Path) -> Trajectory:
+        """A uid and an empty work dir at ``path``; the caller holds the lock."""
+        uid = self._alloc_uid()
+        try:
             path.mkdir(mode=0o700)
             os.chown(path, uid, uid)
         except OSError as exc:
             self._release_uid(uid)
             raise SandboxSetupError(f"cannot create a work dir in {self.instance_dir}: "
                                     f"{exc.strerror}") from exc
-        traj = Trajectory(trajectory_id, uid, path)
-        self._trajs[trajectory_id] = traj
-        return traj
+        return Trajectory(trajectory_id, uid, path)
 
     def _leave(self, traj: Trajectory) -> None:
         with self._lock:

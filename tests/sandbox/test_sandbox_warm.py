@@ -1,0 +1,84 @@
+"""The warm executor's behaviour: Python code actions in the forked interpreter, environment and
+parallelism, one executor per trajectory across its actions, and the ready sandboxes."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from test_sandbox_attacks import Run
+
+from tangram_celery.sandbox import ExecSpec, SandboxLimits, rewrite_parallelism
+from tangram_celery.sandbox.bwrap import BwrapBackend
+
+
+def _python(run: Run, code: str, **kw: object) -> tuple[int | None, str, str]:
+    out = run("unused", files={"main.py": code}, python="main.py", **kw)
+    return out.exit_code, out.stdout, out.stderr
+
+
+def test_python_code_runs_as_main_with_its_env_and_stdin(run: Run) -> None:
+    code = ("import os, sys\nprint(__name__, sys.argv, os.getcwd(), os.environ['TANGRAM_UNITS'],"
+            " os.environ.get('EXTRA'), sys.stdin.read().strip(), os.getpid() != 1)")
+    exit_code, stdout, _ = _python(run, code, env={"EXTRA": "yes"}, stdin="fed\n",
+                                   cores=(0, 1))
+    assert exit_code == 0
+    assert stdout == "__main__ ['/work/main.py'] /work 2 yes fed True\n"
+
+
+def test_python_exit_codes_and_tracebacks_are_the_interpreters(run: Run) -> None:
+    assert _python(run, "import sys\nsys.exit(7)")[0] == 7
+    assert _python(run, "raise SystemExit('bye')")[:1] == (1,)
+    code, _, err = _python(run, "def f():\n    raise ValueError('boom')\nf()")
+    assert code == 1 and "ValueError: boom" in err and "Traceback" in err
+    assert _python(run, "import atexit\natexit.register(print, 'late')\nprint('early')")[1] \
+        == "early\nlate\n"
+    assert _python(run, "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")[0] == 137
+
+
+def test_the_script_is_removed_and_sibling_modules_import(run: Run) -> None:
+    out = run("unused", files={"main.py": "import helper\nprint(helper.X)",
+                               "helper.py": "X = 42"}, python="main.py")
+    assert out.stdout == "42\n"
+    assert "main.py" not in run("ls").stdout.split()
+
+
+def test_one_executor_serves_every_action_of_a_trajectory(run: Run,
+                                                          backend: BwrapBackend) -> None:
+    run("true")
+    executor = backend._trajs["t1"].executor
+    for _ in range(5):
+        assert run("echo $TANGRAM_UNITS", cores=(0, 1)).stdout == "2\n"
+    assert backend._trajs["t1"].executor is executor
+    assert run("echo $$").stdout.strip() != "1", "an action ran as the sandbox's pid 1"
+
+
+def test_pytest_gets_its_parallelism_in_the_warm_sandbox(run: Run) -> None:
+    files = {f"test_{i}.py": f"def test_{i}():\n    assert True\n" for i in range(2)}
+    out = run(rewrite_parallelism("python3 -m pytest -q -p no:cacheprovider", 2), files=files,
+              cores=(0, 1), timeout_s=60)
+    assert out.exit_code == 0, out.stdout + out.stderr
+    assert "2 workers" in out.stdout or "gw" in out.stdout or "2 passed" in out.stdout
+
+
+def test_ready_sandboxes_serve_first_actions_and_are_never_shared(
+    sandbox_tools: None, sandbox_root: Path
+) -> None:
+    with BwrapBackend(sandbox_root, SandboxLimits(), ready=2) as backend:
+        deadline = time.monotonic() + 30
+        while backend._ready.count() < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert backend._ready.count() == 2
+        first = backend.run(ExecSpec("r1", "echo one > f; ls -A; id -u", {}, 20.0, (0,)))
+        second = backend.run(ExecSpec("r2", "ls -A", {}, 20.0, (0,)))
+        assert first.stdout.startswith("f\n") and second.stdout == ""
+        uids = {backend._trajs[t].uid for t in ("r1", "r2")}
+        assert len(uids) == 2
+        assert backend._trajs["r1"].path.name != backend._trajs["r2"].path.name
+        assert backend.run(ExecSpec("r1", "cat f", {}, 20.0, (0,))).stdout == "one\n"
+        backend.end_trajectory("r1")
+        while backend._ready.count() < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert backend._ready.count() == 2, "the ready sandboxes were not refilled"
+        third = backend.run(ExecSpec("r3", "ls -A", {}, 20.0, (0,)))
+        assert third.stdout == ""

@@ -1,7 +1,9 @@
 """The embedded sandbox backend: its public face and its trajectories' life cycle.
 
-A trajectory gets a uid from the pool and a private work dir on its first action; both go when it
-ends. Each action runs through the :class:`~tangram_celery.sandbox.bwrap.action.ActionRunner`.
+A trajectory gets a uid from the pool, a private work dir and a warm executor on its first action
+(from a ready sandbox when one is started, :mod:`~tangram_celery.sandbox.bwrap.ready`); all go
+when it ends. Each action runs through the
+:class:`~tangram_celery.sandbox.bwrap.action.ActionRunner`.
 """
 
 from __future__ import annotations
@@ -80,14 +82,13 @@ class BwrapBackend:
         self.limits = limits
         bwrap = find_tool(bwrap_path, "bubblewrap")
         prlimit = find_tool("prlimit", "prlimit (util-linux)")
-        taskset = find_tool("taskset", "taskset (util-linux)")
         self._privileged = os.geteuid() == 0
         self.uids = UidPool(uid_base, uid_count, uid_lock_dir)
         self._lock = threading.Lock()
         self._trajs: dict[str, Trajectory] = {}
         self._closed = False
         self.available_cores = frozenset(os.sched_getaffinity(0))
-        self.launch = LaunchChain(limits, bwrap, prlimit, taskset, system_binds(),
+        self.launch = LaunchChain(limits, bwrap, prlimit, system_binds(),
                                   build_filter() if seccomp else None)
         self.root_dir = Path(root_dir)
         self.instance_dir = self._make_instance_dir()

@@ -1,8 +1,8 @@
-"""The embedded backend's launch chain: the cgroup join, rlimits, taskset and bubblewrap's argv.
+"""The embedded backend's launch chain: rlimits and bubblewrap's argv around the warm executor.
 
-Everything one action's child process execs, from the host side into the sandbox::
+What a trajectory's sandbox execs once, from the host side into the sandbox::
 
-    sh (joins the action's cgroups) -> prlimit (rlimits) -> [taskset] -> bwrap -> sh -> COMMAND
+    prlimit (rlimits) -> bwrap -> python3 -I -c <executor> FD   (the sandbox's pid 1)
 
 bubblewrap's part: new namespaces, read-only system dirs and an ``/etc`` allow-list, private
 tmpfs ``/tmp`` and ``/dev/shm``, the work dir at ``/work``, generated ``/etc`` files, a clean
@@ -19,14 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tangram_celery.errors import SandboxSetupError
-from tangram_celery.sandbox.base import BASE_ENV, INSIDE_WORKDIR, MB, ExecSpec, SandboxLimits
+from tangram_celery.sandbox.base import BASE_ENV, INSIDE_WORKDIR, MB, SandboxLimits
 from tangram_celery.sandbox.bwrap.trajectory import Trajectory
-from tangram_celery.sandbox.cgroup import ActionCgroup, format_cpus
-from tangram_celery.sandbox.validation import sandbox_env
 
 INSIDE_UID = 1000
 EXECUTOR_PYTHON = "/usr/bin/python3"
-READY_MARKER = b"\x1etangram-sandbox-ready\x1e"
 SETUP_HELP = "run the README's setup command (it installs bubblewrap and util-linux)"
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
 ETC_ALLOWLIST = (
@@ -42,17 +39,6 @@ PASSWD = (
 GROUP = f"root:x:0:\nsandbox:x:{INSIDE_UID}:\nnogroup:x:65534:\n"
 HOSTS = "127.0.0.1\tlocalhost tangram\n::1\tlocalhost ip6-localhost ip6-loopback\n"
 ETC_FILES = {"/etc/passwd": PASSWD, "/etc/group": GROUP, "/etc/hosts": HOSTS}
-# Joins the cgroups whose procs files are given ($1 = how many), then execs the rest.
-JOIN_SCRIPT = (
-    'n=$1; shift; while [ "$n" -gt 0 ]; do '
-    'printf "%s\\n" "$$" > "$1" || { echo "tangram: cannot join cgroup $1" >&2; exit 125; }; '
-    "shift; n=$((n - 1)); done; exec \"$@\""
-)
-# Inside the sandbox, as its pid 1 (``--as-pid-1``): announce the start on stderr, then run
-# `/bin/sh -c COMMAND` as a child. This shell reaps orphans while it waits and its exit takes the
-# pid namespace down; being bubblewrap's direct child, it never lingers as a zombie on the host
-# (bubblewrap's own pid-1 reaper would be orphaned to the host's init when the action ends).
-WRAP_SCRIPT = "printf '\\036tangram-sandbox-ready\\036' >&2; /bin/sh -c \"$1\""
 
 
 @functools.cache
@@ -102,23 +88,9 @@ class LaunchChain:
     limits: SandboxLimits
     bwrap: str
     prlimit: str
-    taskset: str
     system_binds: list[str]
     seccomp: bytes | None
     sh: str = "/bin/sh"
-
-    def argv(
-        self, spec: ExecSpec, traj: Trajectory, group: ActionCgroup | None, fds: list[int]
-    ) -> list[str]:
-        """The whole launch chain; ``fds`` collects the descriptors bubblewrap must inherit."""
-        chain: list[str] = []
-        if group is not None:
-            procs = [str(p) for p in group.procs_files()]
-            chain += [self.sh, "-c", JOIN_SCRIPT, "tangram-join", str(len(procs)), *procs]
-        chain += [self.prlimit, *self.rlimit_args(), "--"]
-        if group is None or "cpuset" not in group.paths:
-            chain += [self.taskset, "-c", format_cpus(spec.cores)]
-        return chain + self.bwrap_args(spec, traj, fds)
 
     def rlimit_args(self) -> list[str]:
         """prlimit's options: the per-process limits of ``limits``."""
@@ -144,11 +116,6 @@ class LaunchChain:
         sandbox = self.sandbox_args(traj, BASE_ENV, fds, die_with_parent=False)
         return [*chain, *sandbox, "--", EXECUTOR_PYTHON, "-I", "-c", executor_source(),
                 str(channel_fd)]
-
-    def bwrap_args(self, spec: ExecSpec, traj: Trajectory, fds: list[int]) -> list[str]:
-        """bubblewrap's argv, the in-sandbox wrapper included; ``fds`` collects what it inherits."""
-        args = self.sandbox_args(traj, sandbox_env(spec, BASE_ENV), fds)
-        return [*args, "--", self.sh, "-c", WRAP_SCRIPT, "tangram", spec.command]
 
     def sandbox_args(self, traj: Trajectory, env: Mapping[str, str], fds: list[int], *,
                      die_with_parent: bool = True) -> list[str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tangram_celery.errors import SandboxError
+from tangram_celery.errors import SandboxError, SandboxLostError
 from tangram_celery.sandbox import (
     ExecOutcome,
     ExecSpec,
@@ -129,6 +129,7 @@ def test_end_trajectory_kills_a_running_action(backend: BwrapBackend) -> None:
     assert not thread.is_alive() and time.monotonic() - t0 < 5
     result = outcome[0]
     assert isinstance(result, SandboxError) or result.signal == 9  # type: ignore[attr-defined]
+    assert not isinstance(result, SandboxLostError), "an ended trajectory is not a lost sandbox"
     assert backend.trajectories() == []
 
 

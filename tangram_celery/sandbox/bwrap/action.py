@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import IO, Any, cast
 
-from tangram_celery.errors import SandboxLostError, SandboxSetupError
+from tangram_celery.errors import SandboxError, SandboxLostError, SandboxSetupError
 from tangram_celery.sandbox.base import (
     BASE_ENV,
     INSIDE_WORKDIR,
@@ -240,7 +240,9 @@ def _killer(group: ActionCgroup | None) -> Callable[[], None] | None:
     return kill
 
 
-def _lost(traj: Trajectory, executor: WarmExecutor) -> SandboxLostError:
+def _lost(traj: Trajectory, executor: WarmExecutor) -> SandboxError:
+    if traj.ended:
+        return SandboxError(f"trajectory {traj.trajectory_id!r} was ended while its action ran")
     code = executor.proc.poll()
     how = "is still running" if code is None else f"exited with status {code}"
     return SandboxLostError(

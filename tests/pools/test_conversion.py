@@ -1,0 +1,20 @@
+"""A CPU action's exec spec: code actions name their script for the warm interpreter."""
+
+from __future__ import annotations
+
+from tangram_celery.client import code_action, command_action
+from tangram_celery.pools.conversion import SANDBOX_PYTHON, exec_spec
+
+
+def test_a_code_action_names_its_script_and_keeps_a_shell_form() -> None:
+    action = code_action("t", "print(1)")
+    spec = exec_spec(action, (0,), (3,), 30.0)
+    assert spec.python is not None and spec.files[spec.python] == "print(1)"
+    assert spec.command.startswith(f"{SANDBOX_PYTHON} {spec.python};")
+    assert spec.cores == (3,) and spec.env["TANGRAM_UNITS"] == "1"
+
+
+def test_a_command_action_has_no_script_and_gets_its_parallelism() -> None:
+    spec = exec_spec(command_action("t", "pytest -q", cpu=(1, 4)), (0, 1), (0, 1), 30.0)
+    assert spec.python is None and spec.command == "pytest -n 2 -q"
+    assert spec.env["TANGRAM_UNITS"] == "2"

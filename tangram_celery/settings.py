@@ -89,6 +89,7 @@ class Settings:
     dashboard_user: str = "tangram"
     dashboard_password: str = ""
     extra_resources: tuple[str, ...] = field(default_factory=tuple)
+    clock_skew_s: float = 0.0
 
     @property
     def result_backend_url(self) -> str:

@@ -85,6 +85,8 @@ DESCRIPTIONS: dict[str, str] = {
     "api_bypass_s": "API calls are served oldest trajectory first; a call is overtaken only by "
     "calls that arrived at most this many seconds after it (0: plain FCFS by arrival).",
     "extra_resources": "Additional resource names an action's cost vector may use.",
+    "clock_skew_s": "Test only: seconds added to this process's wall-clock readings, as on a "
+    "host whose clock is off; the broker clock cancels it (docs/hosts.md). Leave 0.",
     "flower_address": "Address `tangram flower` listens on (non-loopback needs auth).",
     "flower_port": "Port of `tangram flower`.",
     "flower_user": "Basic-auth user of `tangram flower`.",

@@ -9,7 +9,8 @@ from typing import Any
 
 @dataclass
 class Timings:
-    """Wall-clock stamps (``time.time()``) of one action's path, set by client and worker."""
+    """Wall-clock stamps of one action's path, set by client and worker, all on the broker's
+    clock (each process corrects its own by its measured offset)."""
 
     submitted: float = 0.0
     published: float = 0.0
@@ -23,6 +24,11 @@ class Timings:
     setup_s: float = 0.0
     sched_s: float = 0.0
     """Wall seconds of the scheduling decision that admitted the action (part of its queue)."""
+    clock_offset_s: float = 0.0
+    """How far the worker's clock was ahead of the broker's; its stamps here are already on
+    the broker's clock (see :mod:`tangram_celery.tasks.clock`)."""
+    clock_error_s: float = 0.0
+    """Bound on that offset's estimate (half a Redis round trip; -1: not measured)."""
 
 
 @dataclass

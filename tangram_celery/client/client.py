@@ -45,6 +45,7 @@ from tangram_celery.observe.progress import result_progress
 from tangram_celery.pools.conversion import action_limits
 from tangram_celery.settings import Settings
 from tangram_celery.tasks.app import END_TRAJECTORY_TASK, make_app
+from tangram_celery.tasks.clock import BrokerClock
 from tangram_celery.tasks.ledger import Ledger
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,7 @@ class ActionHandle:
 
     def _finish(self, meta: Mapping[str, Any]) -> ActionResult:
         self._client._forget(self.id)
-        completed = time.time()
+        completed = self._client.clock.now()
         if meta.get("status") != "SUCCESS" or not isinstance(meta.get("result"), Mapping):
             detail = meta.get("result")
             raise ActionFailed(
@@ -129,6 +130,8 @@ class TangramClient:
                                   settings.default_timeout_s)
         self._limits = action_limits(settings)
         self._reached = False
+        self.clock = BrokerClock(self._redis, settings.clock_skew_s)
+        """Where the client's stamps come from: the broker's clock, read here."""
 
     @classmethod
     def from_env(cls) -> TangramClient:
@@ -156,7 +159,7 @@ class TangramClient:
         waits with it. Raises :class:`ValidationError` or :class:`RoutingError` for an action no
         pool can ever run, and :class:`BrokerUnreachable` when Redis does not answer.
         """
-        submitted = time.time()
+        submitted = self.clock.now()
         body = action.to_json() if isinstance(action, Action) else dict(action)
         body["submitted_at"] = submitted
         checked = parse_action(body, self._limits)
@@ -171,7 +174,7 @@ class TangramClient:
                 self._waitlist.answer_dropped()
             if decided.wait is not None:
                 return self._park(checked, decided.wait, submitted)
-            published = time.time()
+            published = self.clock.now()
             self._send(checked, decided.queue)
         except (redis.ConnectionError, redis.TimeoutError, OperationalError) as exc:
             raise broker_error(self.settings.redis_url, exc) from None
@@ -180,7 +183,7 @@ class TangramClient:
     def _park(self, action: Action, wait: MemoryWait | None, submitted: float) -> ActionHandle:
         """Hand an action to the memory line; its handle's result waits for it."""
         self._waitlist.park(action, wait, submitted)
-        return ActionHandle(action, "", submitted, time.time(), self)
+        return ActionHandle(action, "", submitted, self.clock.now(), self)
 
     def _send(self, action: Action, queue: str) -> None:
         """Publish and remember the action for the lost-action audit."""

@@ -40,6 +40,7 @@ from tangram_celery.managers.basic import parse_api_limits
 from tangram_celery.pools.inventory import GpuPoolView, gpu_pool_view
 from tangram_celery.pools.registry import NodeView, Registry
 from tangram_celery.settings import Settings
+from tangram_celery.tasks.clock import broker_time
 
 PIN_CACHE_S = 1.0
 GPU_POOL_CACHE_S = 5.0
@@ -166,6 +167,6 @@ class Router:
         if cached is not None and now - cached[1] < GPU_POOL_CACHE_S:
             return cached[0]
         raw = self._redis.hgetall(keys.gpu_pool(name))
-        view = gpu_pool_view(name, raw, time.time(), self._node_ttl_s) if raw else None
+        view = gpu_pool_view(name, raw, broker_time(self._redis), self._node_ttl_s) if raw else None
         self._gpu_pools[name] = (view, now)
         return view

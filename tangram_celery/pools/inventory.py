@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from tangram_celery.pools.registry import NodeView, Registry
 from tangram_celery.settings import Settings
 from tangram_celery.tasks.actlog import pool_of_queue
 from tangram_celery.tasks.app import celery_config
+from tangram_celery.tasks.clock import broker_time
 
 UNACKED_KEY = "unacked"
 UNACKED_TAIL_CHARS = 600
@@ -232,7 +232,7 @@ def read_inventory(
     extra_queues: Iterable[str] = (),
 ) -> Inventory:
     """Read nodes, GPU pools, API use and queue depths from Redis (raises ``RedisError``)."""
-    now = time.time() if now is None else now
+    now = broker_time(client) if now is None else now
     nodes = tuple(Registry(client, settings.node_ttl_s, settings.trajectory_ttl_s).nodes(now))
     gpu_pools = _read_gpu_pools(client, now, settings.node_ttl_s)
     specs = parse_api_limits(settings.api_limits)

@@ -7,7 +7,6 @@ holds its environment.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import redis
 
 from tangram_celery import keys
+from tangram_celery.tasks.clock import broker_time
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ class Registry:
         pipe = self._redis.pipeline()
         pipe.hset(key, mapping={"cores": cores, "memory_mb": memory_mb, "free_cores": cores})
         pipe.hsetnx(key, "reserved_mb", 0)
-        pipe.hset(key, "heartbeat", time.time())
+        pipe.hset(key, "heartbeat", broker_time(self._redis))
         pipe.hdel(key, "starting")
         pipe.sadd(keys.NODES, name)
         pipe.execute()
@@ -101,7 +101,8 @@ class Registry:
         pipe = self._redis.pipeline()
         pipe.hset(key, mapping={"cores": cores, "memory_mb": memory_mb, "free_cores": cores,
                                 "starting": 1,
-                                "heartbeat": time.time() + alive_for_s - self._node_ttl_s})
+                                "heartbeat": broker_time(self._redis) + alive_for_s
+                                - self._node_ttl_s})
         pipe.hsetnx(key, "reserved_mb", 0)
         pipe.sadd(keys.NODES, name)
         pipe.execute()
@@ -111,7 +112,7 @@ class Registry:
         """Mark a node alive now, with its current free cores and, if given, its scheduler's
         calls and wall seconds so far."""
         pipe = self._redis.pipeline()
-        pipe.hset(keys.node(name), "heartbeat", time.time())
+        pipe.hset(keys.node(name), "heartbeat", broker_time(self._redis))
         pipe.hset(keys.node(name), "free_cores", free_cores)
         if decisions is not None:
             pipe.hset(keys.node(name), mapping={"decide_calls": decisions[0],
@@ -132,8 +133,10 @@ class Registry:
         self._redis.hset(keys.node(name), "heartbeat", 0)
 
     def nodes(self, now: float | None = None) -> list[NodeView]:
-        """Every registered node, with liveness judged by heartbeat age."""
-        now = time.time() if now is None else now
+        """Every registered node, with liveness judged by heartbeat age on the broker's clock
+        (``now`` defaults to Redis ``TIME``: heartbeats are stamped with it, so no two hosts'
+        clocks are compared)."""
+        now = broker_time(self._redis) if now is None else now
         names = sorted(_text(n) for n in self._redis.smembers(keys.NODES))
         pipe = self._redis.pipeline()
         for name in names:

@@ -25,6 +25,7 @@ from celery.signals import worker_ready, worker_shutdown
 from tangram_celery.action import ActionResult, Timings
 from tangram_celery.settings import Settings
 from tangram_celery.tasks.app import Runtime, attach_runtime, make_app
+from tangram_celery.tasks.clock import BrokerClock
 from tangram_celery.tasks.ledger import Ledger
 
 log = logging.getLogger(__name__)
@@ -115,8 +116,9 @@ def serve(
     results). ``nodename`` is Celery's node name (``%h`` expands to the host name).
     """
     app = make_app(settings)
-    ledger = Ledger(redis.Redis.from_url(settings.redis_url), settings.result_ttl_s)
-    attach_runtime(app, runtime, ledger)
+    client = redis.Redis.from_url(settings.redis_url)
+    attach_runtime(app, runtime, Ledger(client, settings.result_ttl_s),
+                   BrokerClock(client, settings.clock_skew_s))
 
     def on_ready(**_: Any) -> None:
         runtime.start()

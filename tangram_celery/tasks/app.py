@@ -23,6 +23,7 @@ from tangram_celery.action import ID_PATTERN
 from tangram_celery.errors import ServiceError
 from tangram_celery.settings import Settings
 from tangram_celery.tasks import actlog
+from tangram_celery.tasks.clock import BrokerClock, shifted
 from tangram_celery.tasks.ledger import Ledger
 
 log = logging.getLogger(__name__)
@@ -43,17 +44,22 @@ class Runtime(Protocol):
 _RUNTIMES: weakref.WeakKeyDictionary[Celery, Runtime] = weakref.WeakKeyDictionary()
 _LEDGERS: weakref.WeakKeyDictionary[Celery, Ledger] = weakref.WeakKeyDictionary()
 _ACTS_CLIENTS: weakref.WeakKeyDictionary[Celery, redis.Redis] = weakref.WeakKeyDictionary()
+_CLOCKS: weakref.WeakKeyDictionary[Celery, BrokerClock] = weakref.WeakKeyDictionary()
 
 
-def attach_runtime(app: Celery, runtime: Runtime, ledger: Ledger | None = None) -> None:
+def attach_runtime(app: Celery, runtime: Runtime, ledger: Ledger | None = None,
+                   clock: BrokerClock | None = None) -> None:
     """Make ``runtime`` execute the tasks this app's worker receives.
 
     With a ``ledger``, results are idempotent per action id and undecodable messages are
-    dead-lettered (see :mod:`tangram_celery.tasks.ledger`).
+    dead-lettered (see :mod:`tangram_celery.tasks.ledger`). With a ``clock``, the worker's
+    stamps on each result are moved onto the broker's clock (:mod:`tangram_celery.tasks.clock`).
     """
     _RUNTIMES[app] = runtime
     if ledger is not None:
         _LEDGERS[app] = ledger
+    if clock is not None:
+        _CLOCKS[app] = clock
 
 
 def runtime_of(app: Celery) -> Runtime:
@@ -135,7 +141,11 @@ def execute_once(
 
 
 def _observed(app: Celery, message: Any, result: dict[str, Any], queue: str) -> dict[str, Any]:
-    """The worker's view of ``result``, appended to the ACT log; a log failure is only logged."""
+    """The worker's view of ``result`` (its stamps on the broker's clock when the app has one),
+    appended to the ACT log; a log failure is only logged."""
+    clock = _CLOCKS.get(app)
+    if clock is not None:
+        result = shifted(result, clock.shift_s(), clock.offset())
     viewed = actlog.worker_view(result, message)
     try:
         actlog.append(_acts_client(app), actlog.act_record(viewed, queue))

@@ -51,6 +51,8 @@ REDIS_PORT = 6390
 TRITON_PORTS = (8000, 8001, 8002)
 POOL = "mh"
 NODES = {"b": "host-b", "c": "host-c"}
+SKEWS = {"a": 0.2, "b": 0.35, "c": -0.3, "d": 0.25}
+"""Each host's clock error (s), injected with the test-only TANGRAM_CLOCK_SKEW_S."""
 TIMING = {"node_heartbeat_s": "0.5", "node_ttl_s": "3", "stranded_after_s": "4",
           "recovery_audit_s": "1", "trajectory_memory_mb": "256"}
 
@@ -66,7 +68,8 @@ class Cluster:
     logs: Path
 
     def spawn(self, host: str, argv: list[str], log: str) -> subprocess.Popen[bytes]:
-        process = self.hosts[host].spawn([sys.executable, *argv], self.env, self.logs / log)
+        env = {**self.env, "TANGRAM_CLOCK_SKEW_S": str(SKEWS[host])}
+        process = self.hosts[host].spawn([sys.executable, *argv], env, self.logs / log)
         self.procs[log] = process
         return process
 
@@ -84,7 +87,7 @@ def four_hosts(tmp_path: Path) -> Iterator[Cluster]:
         url = f"redis://:mh-{uuid.uuid4().hex}@{hosts['a'].address}:{REDIS_PORT}/0"
         env = {"TANGRAM_REDIS_URL": url, "TANGRAM_SANDBOX_ROOT": str(private / "sandboxes"),
                **{f"TANGRAM_{k.upper()}": v for k, v in TIMING.items()}}
-        settings = Settings.from_env(env)
+        settings = Settings.from_env(env, clock_skew_s=SKEWS["a"])
         cluster = Cluster(hosts, settings, env, {}, tmp_path)
         try:
             cluster.spawn("a", ["-m", "tangram_celery.cli", "redis", "--bind",
@@ -166,6 +169,13 @@ def check_clients_are_hosts(cluster: Cluster, raw: redis.Redis) -> set[str]:
     return addresses
 
 
+def check_clock(result: ActionResult, skew: float) -> None:
+    """The worker measured its clock's skew from the broker's (Redis on A has none)."""
+    timings = result.timings
+    assert 0 <= timings.clock_error_s < 0.05, timings
+    assert timings.clock_offset_s == pytest.approx(skew, abs=timings.clock_error_s + 0.005)
+
+
 def per_node(results: list[ActionResult]) -> dict[str, int]:
     return dict(Counter(r.node for r in results))
 
@@ -175,9 +185,11 @@ def run_batch_on_every_host(cluster: Cluster, client: TangramClient, raw: redis.
     tids = [f"mh-{i}" for i in range(6)]
     actions = [a for tid in tids for a in trajectory_actions(tid)]
     results = client.run_batch(actions, timeout=300)
+    hosts = {"host-b": "b", "host-c": "c", gpu_node: "d"}
     for result in results:
         assert result.ok, (result.action_id, result.status, result.error, result.output)
         check_act(result)
+        check_clock(result, SKEWS[hosts[result.node]])
     placed = {tid: {r.node for r in results if r.trajectory_id == tid and r.kind != "reward"}
               for tid in tids}
     assert all(len(nodes) == 1 for nodes in placed.values()), placed

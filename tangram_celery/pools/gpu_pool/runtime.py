@@ -48,6 +48,7 @@ from tangram_celery.pools.placement import Residency
 from tangram_celery.pools.serving import Heartbeat, rejected_result
 from tangram_celery.scheduling import DurationModel
 from tangram_celery.settings import Settings
+from tangram_celery.tasks.clock import broker_time
 
 if TYPE_CHECKING:
     from tangram_celery.reward.executor import RewardOutcome
@@ -154,7 +155,7 @@ class GpuPoolRuntime:
             return
         fields: dict[Any, Any] = inventory_fields(
             len(self.gpu_ids), self.admission.free_count(), self.name, self.executor.models(),
-            self.executor.residents(), time.time(),
+            self.executor.residents(), broker_time(self._redis),
             (self.admission.policy_calls, self.admission.policy_s))
         pipe = self._redis.pipeline()
         pipe.sadd(keys.GPU_POOLS, self.pool)

@@ -29,6 +29,7 @@ from urllib.parse import unquote, urlsplit
 import redis
 
 from tangram_celery.errors import ConfigError, ServiceError
+from tangram_celery.observe.flower import is_loopback
 from tangram_celery.processes import free_port, stop_process
 from tangram_celery.settings import Settings
 
@@ -182,8 +183,20 @@ def server_argv(binary: str, port: int, bind: str, data_dir: Path) -> list[str]:
             "--logfile", ""]
 
 
+def check_bind(redis_url: str, bind: str) -> None:
+    """Refuse to listen off loopback without a password: any host that reaches ``bind`` could
+    otherwise read and forge every action and result."""
+    if not urlsplit(redis_url).password and not all(is_loopback(a) for a in bind.split()):
+        raise ConfigError(
+            f"tangram redis --bind {bind} listens off loopback without a password; set one in "
+            "TANGRAM_REDIS_URL (redis://:PASSWORD@HOST:PORT/0) or bind 127.0.0.1"
+        )
+
+
 def exec_redis(settings: Settings, bind: str, data_dir: Path) -> None:
-    """Replace this process with ``redis-server`` (so it receives the stop signals itself)."""
+    """Replace this process with ``redis-server`` (so it receives the stop signals itself);
+    refuses an off-loopback ``bind`` without a password (:func:`check_bind`)."""
+    check_bind(settings.redis_url, bind)
     config = server_config(settings.redis_url).encode()
     argv = server_argv(redis_server_binary(), listen_port(settings.redis_url), bind, data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)

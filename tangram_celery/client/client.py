@@ -121,8 +121,10 @@ class TangramClient:
         self._router = Router(self._redis, settings)
         self._ledger = Ledger(self._redis, settings.result_ttl_s)
         self._action_ids: dict[bytes, str] = {}
+        self.clock = BrokerClock(self._redis, settings.clock_skew_s)
+        """Where the client's stamps come from: the broker's clock, read here."""
         self._in_flight = InFlight(self._redis, settings, self._router.registry, self._ledger,
-                                   self._publish, self._result_key)
+                                   self._publish, self._result_key, self.clock.now)
         self._waiter = ResultWaiter(redis.Redis.from_url(settings.result_backend_url),
                                     fallback=self._ledger_records,
                                     on_sweep=self._in_flight.audit)
@@ -130,8 +132,6 @@ class TangramClient:
                                   settings.default_timeout_s)
         self._limits = action_limits(settings)
         self._reached = False
-        self.clock = BrokerClock(self._redis, settings.clock_skew_s)
-        """Where the client's stamps come from: the broker's clock, read here."""
 
     @classmethod
     def from_env(cls) -> TangramClient:

@@ -25,6 +25,7 @@ from tangram_celery.client.waiter import decode_meta
 from tangram_celery.pools.registry import Registry
 from tangram_celery.pools.serving import rejected_result
 from tangram_celery.settings import Settings
+from tangram_celery.tasks.actlog import worker_view
 from tangram_celery.tasks.app import celery_config
 from tangram_celery.tasks.ledger import Ledger
 
@@ -51,13 +52,16 @@ class InFlight:
     def __init__(
         self, client: redis.Redis, settings: Settings, registry: Registry, ledger: Ledger,
         publish: Callable[[Action, str], None], result_key: Callable[[str], bytes],
+        stamp: Callable[[], float] = time.time,
     ) -> None:
+        """``stamp`` reads the clock the client's result stamps are on (the broker's)."""
         self.settings = settings
         self._redis = client
         self._registry = registry
         self._ledger = ledger
         self._publish = publish
         self._result_key = result_key
+        self._stamp = stamp
         self._lock = threading.Lock()
         self._sent: dict[str, Sent] = {}
         self._suspects: dict[str, float] = {}
@@ -133,8 +137,10 @@ class InFlight:
                   f"this action was queued for it; the trajectory's environment was on that "
                   "node and is gone. Restart the trajectory: its next action goes to a live node")
         log.warning("action %s: %s", sent.id, reason)
-        self._ledger.store(sent.id, rejected_result(sent.action.to_json(), reason, node,
-                                                    time.time(), status="node_lost"))
+        message, now = sent.action.to_json(), self._stamp()
+        answer = rejected_result(message, reason, node, now, status="node_lost")
+        answer["timings"]["stored"] = now
+        self._ledger.store(sent.id, worker_view(answer, message))
         self._registry.unpin(sent.action.trajectory_id)
 
     def _finished(self, action_ids: list[str]) -> set[str]:

@@ -240,6 +240,9 @@ def test_four_hosts_with_one_lost_mid_run(tmp_path: Path) -> None:
             lost = [r for r in second if r.status == "node_lost"]
             assert lost and {r.node for r in lost} == {NODES["c"]}
             assert all("node_lost" in r.error for r in lost)
+            for answer in lost:
+                stored = json.loads(raw.get(keys.action_result(answer.action_id)) or b"{}")
+                assert 4 <= stored["act"]["total"] < 180, stored
             for result in second:
                 assert result.status in {"ok", "node_lost"}, (result.action_id, result.error)
                 if result.ok and result.kind != "reward":

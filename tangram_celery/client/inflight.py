@@ -135,7 +135,9 @@ class InFlight:
     def _fail_node_lost(self, sent: Sent, node: str, after: float) -> None:
         reason = (f"node_lost: CPU node {node} has sent no heartbeat for over {after:g} s while "
                   f"this action was queued for it; the trajectory's environment was on that "
-                  "node and is gone. Restart the trajectory: its next action goes to a live node")
+                  "node and is gone. Restart the trajectory under a new trajectory id: its "
+                  "actions go to a live node (under the old id, a node that comes back may "
+                  "still hold the old environment)")
         log.warning("action %s: %s", sent.id, reason)
         message, now = sent.action.to_json(), self._stamp()
         answer = rejected_result(message, reason, node, now, status="node_lost")

@@ -12,6 +12,7 @@ PYTHON="${PYTHON:-python3.11}"
 VENV="${TANGRAM_VENV:-$ROOT/.venv}"
 DEBIAN_PACKAGES=(bubblewrap redis-server python3 python3-pytest python3-pytest-xdist util-linux procps
   docker.io docker-compose debootstrap chromium fonts-dejavu-core)
+DEBIAN_PACKAGES+=(iproute2)  # ip netns: the multi-host test's hosts
 
 log() { printf '[run.sh] %s\n' "$*" >&2; }
 

@@ -12,12 +12,15 @@ STAMPS = ("submitted", "published", "received", "admitted", "exec_started", "exe
           "stored", "completed")
 
 
-def check_act(result: ActionResult) -> None:
+def check_act(result: ActionResult, slack: float = 0.0) -> None:
+    """The parts add up and the stamps are in causal order; ``slack``: how far stamps of two
+    hosts' clocks may be out of order (their offset estimates' error, see tasks/clock.py)."""
     act = result.act
     assert act["queue"] >= 0 and act["exec"] > 0 and act["overhead"] >= 0
     assert act["queue"] + act["exec"] + act["overhead"] == pytest.approx(act["total"], abs=1e-6)
     stamps = [getattr(result.timings, s) for s in STAMPS]
-    assert stamps == sorted(stamps), dict(zip(STAMPS, stamps, strict=True))
+    assert all(later >= earlier - slack for earlier, later in itertools.pairwise(stamps)), \
+        dict(zip(STAMPS, stamps, strict=True))
     window = result.timings.exec_finished - result.timings.exec_started
     assert result.timings.exec_s <= window + 1e-3
 

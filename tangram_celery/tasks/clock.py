@@ -7,7 +7,9 @@ milliseconds, and the ACT's ``queue`` (worker ``admitted`` minus client ``publis
 one machine they all talk to, the Redis server: it reads Redis ``TIME`` a few times, keeps the
 sample with the shortest round trip, and takes the offset of its own clock from the broker's at
 that sample's midpoint (the error is at most half that round trip, well under a millisecond on
-a LAN). Node and pool heartbeats, and their liveness, use Redis ``TIME`` itself.
+a LAN). An offset within that error is taken as zero, so processes whose clocks agree (one host,
+or hosts synchronized by NTP) keep their stamps exactly. Node and pool heartbeats, and their
+liveness, use Redis ``TIME`` itself.
 
 Durations (``exec_s``, ``setup_s``, ``sched_s``) are measured on one host's monotonic clock and
 never need this. ``TANGRAM_CLOCK_SKEW_S`` is a **test-only** hook: it adds a fixed offset to this
@@ -30,7 +32,8 @@ import redis
 WORKER_STAMPS = ("received", "admitted", "exec_started", "exec_finished", "stored")
 """The stamps a worker takes (the rest are the client's or durations)."""
 
-SAMPLES = 5
+SAMPLES = 8
+BROKER_RESOLUTION_S = 1e-6
 RESYNC_S = 60.0
 
 
@@ -41,6 +44,12 @@ class Offset:
     offset_s: float
     error_s: float
 
+    @property
+    def correction_s(self) -> float:
+        """What to subtract from this process's readings: the offset, or 0 when it is within
+        the estimate's error (clocks that agree, e.g. on one host, are never moved by noise)."""
+        return self.offset_s if abs(self.offset_s) > self.error_s else 0.0
+
 
 UNMEASURED = Offset(0.0, -1.0)
 """What a process uses before the broker ever answered its ``TIME``: no correction, error
@@ -49,9 +58,10 @@ UNMEASURED = Offset(0.0, -1.0)
 
 def estimate_offset(samples: Iterable[tuple[float, float, float]]) -> Offset:
     """The offset from samples ``(local before, broker, local after)``: the one with the
-    shortest round trip, local midpoint minus broker time, error half its round trip."""
+    shortest round trip, local midpoint minus broker time, error half its round trip plus the
+    broker clock's resolution (``TIME`` gives microseconds)."""
     before, broker, after = min(samples, key=lambda s: s[2] - s[0])
-    return Offset((before + after) / 2 - broker, (after - before) / 2)
+    return Offset((before + after) / 2 - broker, (after - before) / 2 + BROKER_RESOLUTION_S)
 
 
 def shifted(result: Mapping[str, Any], shift_s: float, offset: Offset) -> dict[str, Any]:
@@ -110,12 +120,12 @@ class BrokerClock:
 
     def now(self) -> float:
         """The broker's clock now, as read here."""
-        return self.local() - self.offset().offset_s
+        return self.local() - self.offset().correction_s
 
     def shift_s(self) -> float:
         """What to add to a plain ``time.time()`` stamp of this process to put it on the
         broker's clock."""
-        return self.skew_s - self.offset().offset_s
+        return self.skew_s - self.offset().correction_s
 
     def _measure(self) -> Offset:
         samples = []

@@ -188,7 +188,7 @@ def run_batch_on_every_host(cluster: Cluster, client: TangramClient, raw: redis.
     hosts = {"host-b": "b", "host-c": "c", gpu_node: "d"}
     for result in results:
         assert result.ok, (result.action_id, result.status, result.error, result.output)
-        check_act(result)
+        check_act(result, slack=result.timings.clock_error_s + client.clock.offset().error_s)
         check_clock(result, SKEWS[hosts[result.node]])
     placed = {tid: {r.node for r in results if r.trajectory_id == tid and r.kind != "reward"}
               for tid in tids}
@@ -247,7 +247,8 @@ def test_four_hosts_with_one_lost_mid_run(tmp_path: Path) -> None:
                 assert result.status in {"ok", "node_lost"}, (result.action_id, result.error)
                 if result.ok and result.kind != "reward":
                     assert result.output["stdout"] == f"{result.action_id}\n"
-                    check_act(result)
+                    check_act(result, slack=result.timings.clock_error_s
+                              + client.clock.offset().error_s)
             assert all(r.ok for r in second if r.node != NODES["c"])
             wait_until(lambda: NODES["c"] in {v.name for v in
                                               registry(cluster.settings).nodes() if v.alive}, 120)

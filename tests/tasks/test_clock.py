@@ -30,7 +30,16 @@ def test_the_shortest_round_trip_gives_the_offset(
     samples: list[tuple[float, float, float]], offset: float, error: float
 ) -> None:
     found = estimate_offset(samples)
-    assert found.offset_s == pytest.approx(offset) and found.error_s == pytest.approx(error)
+    assert found.offset_s == pytest.approx(offset)
+    assert found.error_s == pytest.approx(error + 1e-6, abs=1e-9)
+
+
+@pytest.mark.parametrize(("offset", "correction"), [
+    (Offset(0.4, 0.001), 0.4), (Offset(-0.3, 0.002), -0.3), (Offset(0.0004, 0.001), 0.0),
+    (Offset(-0.001, 0.001), 0.0), (UNMEASURED, 0.0),
+])
+def test_an_offset_within_its_error_is_no_correction(offset: Offset, correction: float) -> None:
+    assert offset.correction_s == correction
 
 
 def worker_result(skew: float) -> ActionResult:
@@ -86,6 +95,7 @@ def test_the_broker_clock_cancels_an_injected_skew(redis_client: redis.Redis) ->
     bound = offset.error_s + 0.002
     assert before - bound <= now <= after + bound
     assert clock.shift_s() == pytest.approx(SKEW - offset.offset_s)
+    assert BrokerClock(redis_client).shift_s() == 0.0, "one host's clock agrees with itself"
 
 
 def test_an_unreachable_broker_leaves_stamps_uncorrected() -> None:

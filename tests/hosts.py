@@ -10,8 +10,8 @@ sandboxes and none can see another's (or leave anything in the root namespace's 
 :func:`on_host` moves the calling thread into a host's network namespace (``setns(2)``), so the
 test itself can be the training script on a host; threads it starts there stay there.
 
-Needs root and iproute2 (``ip``) and util-linux (``unshare``); :func:`require_namespaces` skips
-a test where they are missing.
+Needs root, a kernel that allows network namespaces, iproute2 (``ip``) and util-linux
+(``unshare``); see :func:`require_namespaces`.
 """
 
 from __future__ import annotations
@@ -38,9 +38,14 @@ PRIVATE_FS = 'mount -t tmpfs -o mode=0755,size=512m tangram-host "$0" && exec "$
 
 
 def require_namespaces() -> None:
-    """Skip unless this process may create network namespaces (root with iproute2)."""
-    if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("unshare"):
-        pytest.skip("needs root, iproute2 and util-linux to create network namespaces")
+    """Skip unless this process may create network namespaces (root, and a kernel that lets
+    it); fail when the tools are missing (``scripts/run.sh setup`` installs them)."""
+    if os.geteuid() != 0:
+        pytest.skip("creating network namespaces needs root")
+    missing = [tool for tool in ("ip", "unshare") if not shutil.which(tool)]
+    if missing:
+        pytest.fail(f"{', '.join(missing)} not found: install iproute2 and util-linux "
+                    "(scripts/run.sh setup does)", pytrace=False)
 
 
 def ip(*args: str) -> str:
@@ -99,7 +104,10 @@ class Network:
         self.switch = f"{self.tag}-sw"
         self.private_dir = private_dir
         self.hosts: dict[str, Host] = {}
-        ip("netns", "add", self.switch)
+        try:
+            ip("netns", "add", self.switch)
+        except RuntimeError as exc:
+            pytest.skip(f"this machine's kernel does not let us create network namespaces: {exc}")
         ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
         ip("-n", self.switch, "link", "set", "br0", "up")
 

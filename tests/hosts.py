@@ -144,6 +144,8 @@ def network(names: Sequence[str], private_dir: Path) -> Iterator[dict[str, Host]
         yield {name: net.add(name) for name in names}
     finally:
         net.close()
+        with contextlib.suppress(OSError):
+            private_dir.rmdir()
 
 
 def _setns(fd: int) -> None:

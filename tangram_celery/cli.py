@@ -67,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_up_arguments(commands.add_parser(
         "up", help="the compose stack (compose/docker-compose.yml) as local processes"))
     up.add_down_arguments(commands.add_parser("down", help="stop what `tangram up` started"))
+    from tangram_celery.gateway import command as gateway
+
+    gateway.add_arguments(commands.add_parser(
+        "gateway", help="SandboxFusion's /run_code (verl's code sandbox) on the CPU pool"))
 
     commands.add_parser("bench", add_help=False,
                         help="benchmarks: `tangram bench <workload> --mode sim|real ...` "
@@ -154,6 +158,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_tool(settings, args)
         if args.command in {"redis", "triton", "up", "down"}:
             return run_stack_command(settings, args)
+        if args.command == "gateway":
+            from tangram_celery.gateway.command import run_from_args as run_gateway
+
+            return run_gateway(settings, args)
         from tangram_celery.stack.demo import DemoConfig
         from tangram_celery.stack.demo import main as demo_main
 

@@ -116,3 +116,13 @@ class BrokerAuthFailed(BrokerUnreachable):
             f"the broker (Redis) at {self.where(url)} refused the password: {reason}; put the "
             "right one in TANGRAM_REDIS_URL (redis://:PASSWORD@host:port/db)",
         )
+
+
+class GatewayRequestError(TangramError, ValueError):
+    """An HTTP request to ``tangram gateway`` is malformed; ``field`` names what is wrong and
+    ``reason`` says why (answered with HTTP 400)."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"invalid request: {field}: {reason}")
+        self.field = field
+        self.reason = reason

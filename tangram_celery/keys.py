@@ -166,3 +166,8 @@ MEMORY_ADMISSIONS = f"{PREFIX}:memory:admissions"
 MEMORY_ABANDONED = f"{PREFIX}:memory:abandoned"
 """Capped list, newest first: JSON of the tickets dropped because their client stopped renewing
 them (it died); their actions were answered ``client_lost``."""
+
+GATEWAYS = f"{PREFIX}:gateways"
+"""Hash: gateway name -> JSON of what a running ``tangram gateway`` serves (``address``,
+``served``, ``in_flight``, ``at`` epoch seconds), renewed every few seconds and read by
+``tangram status`` (see :mod:`tangram_celery.observe.gateways`)."""

@@ -60,6 +60,13 @@ class Settings:
     flower_password: str = ""
     exporter_address: str = "127.0.0.1"
     exporter_port: int = 9808
+    gateway_address: str = "127.0.0.1"
+    gateway_port: int = 8080
+    gateway_token: str = ""
+    gateway_wait_s: float = 600.0
+    gateway_trajectory_idle_s: float = 900.0
+    gateway_pytest_max_cores: int = 4
+    gateway_languages: tuple[str, ...] = field(default_factory=tuple)
     scheduler: str = "robust"
     scheduler_depth: int = 2
     triton_url: str = "http://127.0.0.1:8000"
@@ -182,6 +189,9 @@ class Settings:
             raise ConfigError(f"{PREFIX}GPU_RESTORE_S must be >= 0 (seconds a model load takes)")
         if self.api_bypass_s < 0:
             raise ConfigError(f"{PREFIX}API_BYPASS_S must be >= 0 (0: plain FCFS by arrival)")
+        for name in ("gateway_wait_s", "gateway_trajectory_idle_s", "gateway_pytest_max_cores"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{PREFIX}{name.upper()} must be positive")
 
 
     def _validate_autoscale(self) -> None:

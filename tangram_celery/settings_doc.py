@@ -103,6 +103,19 @@ DESCRIPTIONS: dict[str, str] = {
     "dashboard_user": "Basic-auth user of `tangram dashboard`.",
     "dashboard_password": "Basic-auth password of `tangram dashboard`; empty: one is "  # nosec B105 # help text, not a password
     "generated.",
+    "gateway_address": "Address `tangram gateway` (the SandboxFusion API) listens on; off "
+    "loopback it needs `TANGRAM_GATEWAY_TOKEN`.",
+    "gateway_port": "Port of `tangram gateway`.",
+    "gateway_token": "Bearer token `tangram gateway` requires (`Authorization: Bearer ...`); "
+    "empty: none, allowed on loopback only.",
+    "gateway_wait_s": "Longest a gateway request waits for its actions, queueing included, "
+    "before it answers `SandboxError` (s).",
+    "gateway_trajectory_idle_s": "A trajectory named with `X-Tangram-Trajectory` is ended after "
+    "this long without a request (s).",
+    "gateway_pytest_max_cores": "Most cores a gateway `pytest` request's elastic test run may "
+    "get.",
+    "gateway_languages": "Languages `tangram gateway` offers (comma-separated); empty: every "
+    "known one whose toolchain is on the PATH.",
 }
 
 

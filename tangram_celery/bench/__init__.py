@@ -1,5 +1,5 @@
 """Benchmarks: each module runs as ``python -m tangram_celery.bench.<name>``.
 
 May import: the ground floor, scheduling, workloads, sim, sandbox, reward, tasks, pools, client,
-autoscale and stack; nothing imports the benchmarks but the command line.
+gateway, autoscale and stack; nothing imports the benchmarks but the command line.
 """

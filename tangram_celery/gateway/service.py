@@ -1,0 +1,187 @@
+"""The gateway's work behind the HTTP server: one ``/run_code`` request as tangram actions.
+
+:class:`RunCodeService` turns a checked :class:`~tangram_celery.gateway.protocol.RunRequest`
+into its steps (:mod:`~tangram_celery.gateway.steps`), submits them with the real
+:class:`~tangram_celery.client.TangramClient` (so they are routed, queued and scheduled like any
+other action), waits for each, and builds SandboxFusion's response. A request runs in a fresh
+trajectory that is ended after it, unless it names one (``X-Tangram-Trajectory``): a named
+trajectory keeps its files until ``DELETE /v1/trajectories/NAME`` or until it has been idle for
+``TANGRAM_GATEWAY_TRAJECTORY_IDLE_S``. A busy pool makes requests wait (the node queues them; a
+full one, with no memory left for another trajectory, is retried until the request's wait runs
+out); it never refuses them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import redis
+from kombu.exceptions import OperationalError
+
+from tangram_celery.action import Action, ActionResult
+from tangram_celery.client import TangramClient
+from tangram_celery.errors import (
+    ActionFailed,
+    ActionTimeout,
+    GatewayRequestError,
+    NoCapacityError,
+    RoutingError,
+    ServiceError,
+    TangramError,
+    ValidationError,
+)
+from tangram_celery.gateway.languages import LANGUAGES, unsupported
+from tangram_celery.gateway.protocol import (
+    ERROR,
+    FINISHED,
+    CommandResult,
+    RunRequest,
+    response_body,
+    sandbox_error,
+)
+from tangram_celery.gateway.steps import (
+    StepConfig,
+    command_result,
+    compile_action,
+    fetch_action,
+    fetched_files,
+    run_action,
+    test_signature,
+)
+from tangram_celery.settings import Settings
+
+log = logging.getLogger(__name__)
+TRAJECTORY_PREFIX = "gw:"
+"""Named trajectories live under this prefix, apart from those of other clients."""
+FRESH_PREFIX = "gw-"
+CAPACITY_RETRY_S = (0.02, 0.5)
+"""First and longest pause between tries to place a trajectory on a full pool."""
+
+
+def trajectory_for(name: str | None) -> tuple[str, bool]:
+    """(trajectory id, kept) for a request's ``X-Tangram-Trajectory`` header (None: a fresh
+    one, ended after the request). Raises :class:`GatewayRequestError` for a bad name."""
+    if name is None:
+        return FRESH_PREFIX + uuid.uuid4().hex, False
+    trajectory_id = TRAJECTORY_PREFIX + name
+    if not name or len(trajectory_id) > 128 or not all(
+            c.isascii() and (c.isalnum() or c in "._:-") for c in name):
+        raise GatewayRequestError("X-Tangram-Trajectory", "1-120 characters of A-Z a-z 0-9 . _ "
+                                  ": - (the name of a trajectory that keeps its files)")
+    return trajectory_id, True
+
+
+class RunCodeService:
+    """Runs ``/run_code`` requests as actions on the CPU pool; thread-safe."""
+
+    def __init__(self, settings: Settings, client: TangramClient, languages: tuple[str, ...],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.settings = settings
+        self.client = client
+        self.languages = languages
+        self.config = StepConfig(memory_cap_mb=settings.sandbox_memory_mb,
+                                 pytest_max_cores=settings.gateway_pytest_max_cores)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._kept: dict[str, float] = {}
+        self.served = 0
+        self.in_flight = 0
+
+    def run(self, request: RunRequest, trajectory: str | None = None,
+            signature: str | None = None) -> dict[str, Any]:
+        """The SandboxFusion response to one request (raises :class:`GatewayRequestError` for a
+        bad header)."""
+        trajectory_id, kept = trajectory_for(trajectory)
+        with self._lock:
+            self.in_flight += 1
+            if kept:
+                self._kept[trajectory_id] = self._clock()
+        try:
+            return self._run(request, trajectory_id, signature)
+        finally:
+            if not kept:
+                self._end(trajectory_id)
+            with self._lock:
+                self.in_flight -= 1
+                self.served += 1
+                if kept and trajectory_id in self._kept:
+                    self._kept[trajectory_id] = self._clock()
+
+    def end(self, name: str) -> str:
+        """End a named trajectory now (``DELETE /v1/trajectories/NAME``); idempotent."""
+        trajectory_id, _ = trajectory_for(name)
+        with self._lock:
+            self._kept.pop(trajectory_id, None)
+        self._end(trajectory_id)
+        return trajectory_id
+
+    def reap_idle(self) -> list[str]:
+        """End the named trajectories idle longer than ``TANGRAM_GATEWAY_TRAJECTORY_IDLE_S``."""
+        cutoff = self._clock() - self.settings.gateway_trajectory_idle_s
+        with self._lock:
+            idle = [t for t, last in self._kept.items() if last < cutoff]
+            for trajectory_id in idle:
+                del self._kept[trajectory_id]
+        for trajectory_id in idle:
+            self._end(trajectory_id)
+        return idle
+
+    def kept(self) -> list[str]:
+        """The named trajectories the gateway keeps now."""
+        with self._lock:
+            return sorted(self._kept)
+
+    def _run(self, request: RunRequest, trajectory_id: str,
+             signature: str | None) -> dict[str, Any]:
+        if request.language not in self.languages:
+            return sandbox_error(unsupported(request.language, self.languages))
+        language = LANGUAGES[request.language]
+        deadline = self._clock() + self.settings.gateway_wait_s
+        try:
+            compiled: CommandResult | None = None
+            node = None
+            if language.compile is not None:
+                result = self._result(compile_action(request, language, trajectory_id), deadline)
+                compiled, node = command_result(result), result.node or None
+                if compiled.status != FINISHED or compiled.return_code != 0:
+                    return response_body(compiled, None, executor=node)
+            key = test_signature(request, signature) if language.elastic else ""
+            action = run_action(request, language, trajectory_id, self.config, key,
+                                first=compiled is None)
+            result = self._result(action, deadline)
+            ran, node = command_result(result), result.node or node
+            files: dict[str, str] = {}
+            message = ""
+            if request.fetch_files and ran.status != ERROR:
+                files, message = fetched_files(
+                    self._result(fetch_action(request, trajectory_id), deadline))
+            return response_body(compiled, ran, files, node, message)
+        except (ValidationError, RoutingError, ServiceError, ActionFailed,
+                ActionTimeout) as exc:
+            return sandbox_error(f"tangram could not run the request: {exc}")
+
+    def _result(self, action: Action, deadline: float) -> ActionResult:
+        """Submit one action (waiting while no node has room for its trajectory) and wait for
+        its result until ``deadline``."""
+        pause = CAPACITY_RETRY_S[0]
+        while True:
+            try:
+                handle = self.client.submit(action)
+                break
+            except NoCapacityError:
+                if self._clock() + pause > deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, CAPACITY_RETRY_S[1])
+        return handle.result(max(deadline - self._clock(), 1.0))
+
+    def _end(self, trajectory_id: str) -> None:
+        try:
+            self.client.end_trajectory(trajectory_id)
+        except (TangramError, redis.RedisError, OperationalError, OSError):
+            log.warning("could not end trajectory %s", trajectory_id, exc_info=True)

@@ -50,8 +50,8 @@ from tangram_celery.gateway.steps import (
     compile_action,
     fetch_action,
     fetched_files,
+    pytest_signature,
     run_action,
-    test_signature,
 )
 from tangram_celery.settings import Settings
 
@@ -150,7 +150,7 @@ class RunCodeService:
                 compiled, node = command_result(result), result.node or None
                 if compiled.status != FINISHED or compiled.return_code != 0:
                     return response_body(compiled, None, executor=node)
-            key = test_signature(request, signature) if language.elastic else ""
+            key = pytest_signature(request, signature) if language.elastic else ""
             action = run_action(request, language, trajectory_id, self.config, key,
                                 first=compiled is None)
             result = self._result(action, deadline)

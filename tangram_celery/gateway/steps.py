@@ -48,7 +48,7 @@ def request_files(request: RunRequest) -> dict[str, str]:
     return {path: data.decode("utf-8", "surrogateescape") for path, data in request.files.items()}
 
 
-def test_signature(request: RunRequest, header: str | None) -> str:
+def pytest_signature(request: RunRequest, header: str | None) -> str:
     """The key under which a ``pytest`` run's durations are learned: the header, else the
     request's ``signature`` field, else a hash of its files (of its code when it has none)."""
     if header:

@@ -6,7 +6,8 @@
     DELETE /v1/trajectories/NAME      end a trajectory kept with X-Tangram-Trajectory: NAME
 
 Headers: ``Authorization: Bearer TOKEN`` (required on ``/run_code`` and ``/v1/trajectories``
-when ``TANGRAM_GATEWAY_TOKEN`` is set), ``X-Tangram-Trajectory: NAME`` (keep the request's
+when ``TANGRAM_GATEWAY_TOKEN`` is set; clients that cannot add a header, as verl's, put
+``?token=TOKEN`` in the URL instead), ``X-Tangram-Trajectory: NAME`` (keep the request's
 trajectory, its files, for the next request naming it), ``X-Tangram-Signature: SIG`` (the key
 of a ``pytest`` run's learned durations). One thread per connection: a request waits for its
 actions while hundreds of others wait beside it, and the listen backlog holds a burst, so a busy
@@ -23,6 +24,7 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from tangram_celery.errors import GatewayRequestError
 from tangram_celery.gateway.protocol import parse_run_request
@@ -123,12 +125,13 @@ class GatewayHandler(BaseHTTPRequestHandler):
         token = self.server.token
         if not token:
             return True
-        given = self.headers.get("Authorization", "")
-        if given.startswith("Bearer ") and hmac.compare_digest(given[7:].encode(), token.encode()):
+        header = self.headers.get("Authorization", "")
+        given = header[7:] if header.startswith("Bearer ") else _query_token(self.path)
+        if given is not None and hmac.compare_digest(given.encode(), token.encode()):
             return True
         self._drain()
-        self._json(401, {"error": "missing or wrong bearer token: send 'Authorization: Bearer "
-                                  "<TANGRAM_GATEWAY_TOKEN>'"},
+        self._json(401, {"error": "missing or wrong token: send 'Authorization: Bearer "
+                                  "<TANGRAM_GATEWAY_TOKEN>' or add ?token=<it> to the URL"},
                    extra={"WWW-Authenticate": 'Bearer realm="tangram-gateway"'})
         return False
 
@@ -177,6 +180,11 @@ class GatewayHandler(BaseHTTPRequestHandler):
             self.close_connection = True
         self.end_headers()
         self.wfile.write(data)
+
+
+def _query_token(path: str) -> str | None:
+    values = parse_qs(urlsplit(path).query).get("token")
+    return values[0] if values else None
 
 
 def serve_in_thread(server: GatewayHTTPServer) -> Callable[[], None]:

@@ -23,6 +23,7 @@ from rich.text import Text
 
 from tangram_celery import keys
 from tangram_celery.errors import BrokerUnreachable, TangramError
+from tangram_celery.observe.gateways import GatewayView, gateways_table, read_gateways
 from tangram_celery.pools.inventory import Inventory, QueueDepth, read_inventory
 from tangram_celery.settings import Settings
 from tangram_celery.tasks.app import make_app
@@ -39,6 +40,7 @@ class StatusData:
     consumers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     inspected: bool = False
     broker: str = ""
+    gateways: tuple[GatewayView, ...] = ()
 
 
 def consumers_by_queue(active_queues: Mapping[str, Iterable[Mapping[str, Any]]] | None
@@ -65,24 +67,27 @@ def gather_status(
                                   socket_connect_timeout=2.0)
     try:
         inventory = read_inventory(client, settings, extra_queues=extra_queues)
+        gateways = read_gateways(client, time.time())
     except (redis.RedisError, OSError) as exc:
         raise BrokerUnreachable(settings.redis_url, exc) from None
     finally:
         client.close()
     broker = BrokerUnreachable.where(settings.redis_url)
     if inspect_timeout_s <= 0:
-        return StatusData(inventory, broker=broker)
+        return StatusData(inventory, broker=broker, gateways=gateways)
     app = app or make_app(settings)
     try:
         replies = app.control.inspect(timeout=inspect_timeout_s).active_queues()
     except OperationalError as exc:
         raise BrokerUnreachable(settings.redis_url, exc) from None
-    return StatusData(inventory, consumers_by_queue(replies), inspected=True, broker=broker)
+    return StatusData(inventory, consumers_by_queue(replies), inspected=True, broker=broker,
+                      gateways=gateways)
 
 
 def render_status(data: StatusData) -> Group:
     """The pools table, the queues table, and notes on what is not known."""
-    return Group(_pools_table(data), _queues_table(data.inventory), *_notes(data))
+    extra = [gateways_table(data.gateways)] if data.gateways else []
+    return Group(_pools_table(data), _queues_table(data.inventory), *extra, *_notes(data))
 
 
 def print_status(

@@ -28,8 +28,9 @@ from tangram_celery.stack.compose import (
 from tangram_celery.stack.local_service import LOCAL_HOST, LocalService, host_ports, localize
 
 DEFAULT_STATE_DIR = Path.home() / ".local" / "state" / "tangram" / "up"
-CLIENT_SETTINGS = ("TANGRAM_REDIS_URL", "TANGRAM_RESULT_URL", "TANGRAM_TRITON_URL")
-GENERATED_SECRETS = ("STACK_REDIS_PASSWORD", "TANGRAM_FLOWER_PASSWORD")
+CLIENT_SETTINGS = ("TANGRAM_REDIS_URL", "TANGRAM_RESULT_URL", "TANGRAM_TRITON_URL",
+                   "TANGRAM_GATEWAY_TOKEN")
+GENERATED_SECRETS = ("STACK_REDIS_PASSWORD", "TANGRAM_FLOWER_PASSWORD", "TANGRAM_GATEWAY_TOKEN")
 
 
 def port_is_free(port: int, host: str = LOCAL_HOST) -> bool:

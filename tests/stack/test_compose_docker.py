@@ -11,10 +11,12 @@ warm run takes about a minute and a cold one a few.
 from __future__ import annotations
 
 import contextlib
+import json
 import secrets
 import shutil
 import subprocess
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,7 +38,7 @@ from tangram_celery.stack.images import ensure_stack_image
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "compose" / "docker-compose.yml"
 PUBLISHED = ("STACK_REDIS_PORT", "STACK_TRITON_HTTP_PORT", "STACK_TRITON_GRPC_PORT",
-             "STACK_TRITON_METRICS_PORT", "STACK_FLOWER_PORT")
+             "STACK_TRITON_METRICS_PORT", "STACK_FLOWER_PORT", "STACK_GATEWAY_PORT")
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -75,10 +77,12 @@ class ComposeProject:
         self.ports = {name: free_port() for name in PUBLISHED}
         self.redis_password = secrets.token_urlsafe(18)
         self.flower_password = secrets.token_urlsafe(18)
+        self.gateway_token = secrets.token_urlsafe(18)
         self.env_file = tmp_path / "stack.env"
         values = {
             "STACK_REDIS_PASSWORD": self.redis_password,
             "TANGRAM_FLOWER_PASSWORD": self.flower_password,
+            "TANGRAM_GATEWAY_TOKEN": self.gateway_token,
             "STACK_DOCKER_SOCKET": engine_url.removeprefix("unix://"),
             "STACK_ENV_FILE": str(self.env_file),
             "STACK_CPU_NODE": self.node,
@@ -152,7 +156,7 @@ def test_compose_stack_builds_comes_up_and_serves_a_mixed_batch_from_the_host(
         containers = {c.labels["com.docker.compose.service"]: c  # type: ignore[attr-defined]
                       for c in project_containers(client, project.name)}
         assert {"redis", "triton", "flower", "cpu-node", "gpu-pool"} <= set(containers)
-        for name in ("redis", "triton"):
+        for name in ("redis", "triton", "gateway"):
             containers[name].reload()  # type: ignore[attr-defined]
             health = containers[name].attrs["State"]["Health"]["Status"]  # type: ignore[attr-defined]
             assert health == "healthy", name
@@ -169,6 +173,13 @@ def test_compose_stack_builds_comes_up_and_serves_a_mixed_batch_from_the_host(
         aof = containers["redis"].exec_run(["ls", "/data/appendonlydir"])  # type: ignore[attr-defined]
         assert aof.exit_code == 0 and b".aof" in aof.output
         assert sandbox_containers(client, hosts), "the CPU node made no sandbox container"
+        gateway = f"http://127.0.0.1:{project.ports['STACK_GATEWAY_PORT']}"
+        request = urllib.request.Request(
+            f"{gateway}/run_code", data=b'{"code": "print(6 * 7)", "language": "python"}',
+            headers={"Authorization": f"Bearer {project.gateway_token}"})
+        with urllib.request.urlopen(request, timeout=120) as reply:
+            answer = json.loads(reply.read())
+        assert answer["status"] == "Success" and answer["run_result"]["stdout"] == "42\n"
     finally:
         started = time.monotonic()
         project.run("down", "-v", "--remove-orphans", "-t", "30", timeout=300)

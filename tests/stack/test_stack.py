@@ -49,7 +49,8 @@ from tangram_celery.stack.plan import is_ours, replicate, stack_variables
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_DIR = ROOT / "compose"
-REQUIRED = {"STACK_REDIS_PASSWORD": "pw", "TANGRAM_FLOWER_PASSWORD": "fpw"}
+REQUIRED = {"STACK_REDIS_PASSWORD": "pw", "TANGRAM_FLOWER_PASSWORD": "fpw",
+            "TANGRAM_GATEWAY_TOKEN": "gwt"}
 
 
 def compose_variables() -> set[str]:
@@ -64,8 +65,8 @@ def compose_variables() -> set[str]:
 def test_compose_file_parses_as_yaml_with_the_stack_of_the_issue() -> None:
     document = yaml.safe_load(DEFAULT_COMPOSE_FILE.read_text())
     services = document["services"]
-    assert {"redis", "triton", "flower", "cpu-node", "gpu-pool", "autoscaler", "exporter",
-            "prometheus"} <= set(services)
+    assert {"redis", "triton", "flower", "cpu-node", "gateway", "gpu-pool", "autoscaler",
+            "exporter", "prometheus"} <= set(services)
     assert "redis-data" in document["volumes"]
     compose = load_compose(DEFAULT_COMPOSE_FILE, REQUIRED)
     redis_service = compose.services["redis"]
@@ -80,13 +81,19 @@ def test_compose_file_parses_as_yaml_with_the_stack_of_the_issue() -> None:
     assert compose.services["autoscaler"].profiles == ("autoscale",)
     assert "--no-auth" not in compose.services["flower"].command
     assert compose.services["flower"].environment["TANGRAM_FLOWER_PASSWORD"] == "fpw"
+    assert compose.services["gateway"].environment["TANGRAM_GATEWAY_TOKEN"] == "gwt"
 
 
 def test_compose_refuses_to_start_without_the_passwords() -> None:
     with pytest.raises(ConfigError, match="STACK_REDIS_PASSWORD"):
-        load_compose(DEFAULT_COMPOSE_FILE, {"TANGRAM_FLOWER_PASSWORD": "x"})
+        load_compose(DEFAULT_COMPOSE_FILE, {"TANGRAM_FLOWER_PASSWORD": "x",
+                                            "TANGRAM_GATEWAY_TOKEN": "x"})
     with pytest.raises(ConfigError, match="TANGRAM_FLOWER_PASSWORD"):
-        load_compose(DEFAULT_COMPOSE_FILE, {"STACK_REDIS_PASSWORD": "x"})
+        load_compose(DEFAULT_COMPOSE_FILE, {"STACK_REDIS_PASSWORD": "x",
+                                            "TANGRAM_GATEWAY_TOKEN": "x"})
+    with pytest.raises(ConfigError, match="TANGRAM_GATEWAY_TOKEN"):
+        load_compose(DEFAULT_COMPOSE_FILE, {"STACK_REDIS_PASSWORD": "x",
+                                            "TANGRAM_FLOWER_PASSWORD": "x"})
 
 
 def test_every_service_command_and_healthcheck_is_a_real_entry_point() -> None:
@@ -118,6 +125,7 @@ def test_env_example_holds_known_settings_and_every_compose_variable() -> None:
     assert all(k.startswith(("TANGRAM_", "STACK_")) for k in example)
     assert compose_variables() - set(example) <= {"STACK_ENV_FILE"}
     assert not example["STACK_REDIS_PASSWORD"] and not example["TANGRAM_FLOWER_PASSWORD"]
+    assert not example["TANGRAM_GATEWAY_TOKEN"]
 
 
 def test_dockerfile_builds_from_a_base_image_argument_and_holds_no_secret() -> None:
@@ -182,7 +190,7 @@ def test_selection_follows_dependencies_and_profiles() -> None:
     compose = load_compose(DEFAULT_COMPOSE_FILE, REQUIRED)
     default = selected_services(compose)
     assert default[:2] in (["redis", "triton"], ["triton", "redis"])
-    assert set(default) == {"redis", "triton", "flower", "cpu-node", "gpu-pool"}
+    assert set(default) == {"redis", "triton", "flower", "cpu-node", "gateway", "gpu-pool"}
     assert selected_services(compose, ["flower"]) == ["redis", "flower"]
     monitoring = selected_services(compose, profiles=["monitoring"])
     assert {"exporter", "prometheus"} <= set(monitoring)
@@ -210,6 +218,9 @@ def test_localize_gives_the_same_commands_on_loopback_and_published_ports(
     assert triton.healthcheck.test == ("/py", "-m", "tangram_celery.cli", "triton", "--check")
     container = compose.services["cpu-node"].command
     assert local["cpu-node"].argv[3:] == container[1:]  # no address in it: identical
+    assert local["gateway"].argv[-4:] == ("--address", "127.0.0.1", "--port", "18080")
+    assert local["gateway"].healthcheck is not None
+    assert local["gateway"].healthcheck.test[-3:] == ("--check", "--port", "18080")
 
 
 def test_stack_variables_generate_and_keep_missing_passwords(tmp_path: Path) -> None:
@@ -294,7 +305,7 @@ class UpProcess:
         self.sandbox_root = Path("/var/tmp") / f"tangram-test-{self.marker}"
         self.ports = {name: free_port() for name in (
             "STACK_REDIS_PORT", "STACK_TRITON_HTTP_PORT", "STACK_TRITON_GRPC_PORT",
-            "STACK_TRITON_METRICS_PORT", "STACK_FLOWER_PORT")}
+            "STACK_TRITON_METRICS_PORT", "STACK_FLOWER_PORT", "STACK_GATEWAY_PORT")}
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("TANGRAM_", "STACK_"))}
         env.update({k: str(v) for k, v in self.ports.items()})
@@ -362,7 +373,7 @@ def test_tangram_up_serves_a_mixed_batch_and_down_stops_everything(
     up_seconds = time.monotonic() - up_stack.started
     services = state["services"]
     assert isinstance(services, dict)
-    assert set(services) == {"redis", "triton", "flower", "cpu-node", "gpu-pool"}
+    assert set(services) == {"redis", "triton", "flower", "cpu-node", "gateway", "gpu-pool"}
     settings = up_stack.client_settings()
     assert settings.redis_url.endswith(f"127.0.0.1:{up_stack.ports['STACK_REDIS_PORT']}/0")
     client_redis = redis.Redis.from_url(settings.redis_url)
@@ -378,7 +389,7 @@ def test_tangram_up_serves_a_mixed_batch_and_down_stops_everything(
     assert {r.action_id for r in results} <= set(tasks)
 
     text = up_stack.text()
-    for name in ("redis", "triton"):
+    for name in ("redis", "triton", "gateway"):
         assert re.search(rf"│ {name}\s+│ healthy", text), text
     for name in ("flower", "cpu-node", "gpu-pool"):
         assert re.search(rf"│ {name}\s+│ running", text), text

@@ -99,6 +99,10 @@ class GatewayHandler(BaseHTTPRequestHandler):
         except GatewayRequestError as exc:
             self._json(400, {"error": str(exc), "field": exc.field})
             return
+        except Exception as exc:
+            log.exception("gateway request failed")
+            self._json(500, {"error": f"tangram gateway failed on this request: {exc}"})
+            return
         self._json(200, response)
 
     def do_DELETE(self) -> None:

@@ -61,6 +61,9 @@ TRAJECTORY_PREFIX = "gw:"
 FRESH_PREFIX = "gw-"
 CAPACITY_RETRY_S = (0.02, 0.5)
 """First and longest pause between tries to place a trajectory on a full pool."""
+BROKER_CALLS = 32
+"""Requests that talk to Redis at once (submit, end); the others wait their turn, so a burst
+of any size stays within the client's connection pool. Waiting for results needs no turn."""
 
 
 def trajectory_for(name: str | None) -> tuple[str, bool]:
@@ -89,6 +92,7 @@ class RunCodeService:
         self._clock = clock
         self._lock = threading.Lock()
         self._kept: dict[str, float] = {}
+        self._broker_turns = threading.BoundedSemaphore(BROKER_CALLS)
         self.served = 0
         self.in_flight = 0
 
@@ -164,6 +168,8 @@ class RunCodeService:
         except (ValidationError, RoutingError, ServiceError, ActionFailed,
                 ActionTimeout) as exc:
             return sandbox_error(f"tangram could not run the request: {exc}")
+        except (redis.RedisError, OperationalError) as exc:
+            return sandbox_error(f"tangram could not reach its broker: {exc}")
 
     def _result(self, action: Action, deadline: float) -> ActionResult:
         """Submit one action (waiting while no node has room for its trajectory) and wait for
@@ -171,7 +177,8 @@ class RunCodeService:
         pause = CAPACITY_RETRY_S[0]
         while True:
             try:
-                handle = self.client.submit(action)
+                with self._broker_turns:
+                    handle = self.client.submit(action)
                 break
             except NoCapacityError:
                 if self._clock() + pause > deadline:
@@ -182,6 +189,7 @@ class RunCodeService:
 
     def _end(self, trajectory_id: str) -> None:
         try:
-            self.client.end_trajectory(trajectory_id)
+            with self._broker_turns:
+                self.client.end_trajectory(trajectory_id)
         except (TangramError, redis.RedisError, OperationalError, OSError):
             log.warning("could not end trajectory %s", trajectory_id, exc_info=True)

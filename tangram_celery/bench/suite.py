@@ -6,6 +6,7 @@
     tangram bench mopd --mode real [--batch 48] [--gpus 24] [--time-scale 1] [--think-scale 0.1]
     tangram bench trace --trace mine.jsonl --mode sim
     tangram bench robustness [--scale 4] [--ablations]   (see bench.robustness)
+    tangram bench gateway [--clients 1,8,32]   (verl-style load; see bench.gateway)
 
 Workloads: ``coding``, ``mopd``, ``deepsearch`` (seeded generators) or ``trace`` (a JSON Lines
 file, see :mod:`tangram_celery.workloads.trace`). Systems: see
@@ -87,6 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tangram_celery.bench.robustness import main as robustness_main
 
         return robustness_main(given[1:])
+    if given[:1] == ["gateway"]:
+        from tangram_celery.bench.gateway import main as gateway_main
+
+        return gateway_main(given[1:])
     args = build_parser().parse_args(given)
     command = "tangram bench " + " ".join(given)
     try:

@@ -53,8 +53,8 @@ def test_bad_arguments_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
 def test_a_small_run_measures_both_systems(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--clients", "1,2", "--programs", "2", "--cases", "2", "--json"]) == 0
     out = capsys.readouterr().out
-    rows = [line.split() for line in out.splitlines()
-            if line.startswith(("baseline ", "tangram "))]
+    rows = [cells for cells in (line.split() for line in out.splitlines())
+            if len(cells) == 7 and cells[0] in ("baseline", "tangram")]
     assert {(row[0], row[1]) for row in rows} == {
         ("baseline", "1"), ("tangram", "1"), ("baseline", "2"), ("tangram", "2")}
     assert all(row[-1] == "100%" for row in rows), out

@@ -109,6 +109,7 @@ class Gateway:
         if self.service is not None:
             for trajectory_id in self.service.kept():
                 self.service.end(trajectory_id.removeprefix("gw:"))
+            self.service.close()
         if self.client is not None:
             self._withdraw()
             self.client.close()

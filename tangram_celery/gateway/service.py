@@ -4,8 +4,9 @@
 into its steps (:mod:`~tangram_celery.gateway.steps`), submits them with the real
 :class:`~tangram_celery.client.TangramClient` (so they are routed, queued and scheduled like any
 other action), waits for each, and builds SandboxFusion's response. A request runs in a fresh
-trajectory that is ended after it, unless it names one (``X-Tangram-Trajectory``): a named
-trajectory keeps its files until ``DELETE /v1/trajectories/NAME`` or until it has been idle for
+trajectory, ended in the background once its response is ready, unless it names one
+(``X-Tangram-Trajectory``): a named trajectory keeps its files until
+``DELETE /v1/trajectories/NAME`` or until it has been idle for
 ``TANGRAM_GATEWAY_TRAJECTORY_IDLE_S``. A busy pool makes requests wait (the node queues them; a
 full one, with no memory left for another trajectory, is retried until the request's wait runs
 out); it never refuses them.
@@ -18,6 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import redis
@@ -93,6 +95,7 @@ class RunCodeService:
         self._lock = threading.Lock()
         self._kept: dict[str, float] = {}
         self._broker_turns = threading.BoundedSemaphore(BROKER_CALLS)
+        self._enders = ThreadPoolExecutor(2, thread_name_prefix="tangram-gateway-end")
         self.served = 0
         self.in_flight = 0
 
@@ -109,7 +112,7 @@ class RunCodeService:
             return self._run(request, trajectory_id, signature)
         finally:
             if not kept:
-                self._end(trajectory_id)
+                self._enders.submit(self._end, trajectory_id)
             with self._lock:
                 self.in_flight -= 1
                 self.served += 1
@@ -134,6 +137,10 @@ class RunCodeService:
         for trajectory_id in idle:
             self._end(trajectory_id)
         return idle
+
+    def close(self) -> None:
+        """Wait until the trajectories of answered requests are ended."""
+        self._enders.shutdown(wait=True)
 
     def kept(self) -> list[str]:
         """The named trajectories the gateway keeps now."""

@@ -7,9 +7,9 @@ other action), waits for each, and builds SandboxFusion's response. A request ru
 trajectory, ended in the background once its response is ready, unless it names one
 (``X-Tangram-Trajectory``): a named trajectory keeps its files until
 ``DELETE /v1/trajectories/NAME`` or until it has been idle for
-``TANGRAM_GATEWAY_TRAJECTORY_IDLE_S``. A busy pool makes requests wait (the node queues them; a
-full one, with no memory left for another trajectory, is retried until the request's wait runs
-out); it never refuses them.
+``TANGRAM_GATEWAY_TRAJECTORY_IDLE_S``. A busy pool makes requests wait (the node queues them; while
+no node has memory for another trajectory, they wait in the gateway's line,
+:mod:`~tangram_celery.gateway.line`, first come first served); it never refuses them.
 """
 
 from __future__ import annotations
@@ -26,18 +26,18 @@ import redis
 from kombu.exceptions import OperationalError
 
 from tangram_celery.action import Action, ActionResult
-from tangram_celery.client import TangramClient
+from tangram_celery.client import ActionHandle, TangramClient
 from tangram_celery.errors import (
     ActionFailed,
     ActionTimeout,
     GatewayRequestError,
-    NoCapacityError,
     RoutingError,
     ServiceError,
     TangramError,
     ValidationError,
 )
 from tangram_celery.gateway.languages import LANGUAGES, unsupported
+from tangram_celery.gateway.line import CapacityLine
 from tangram_celery.gateway.protocol import (
     ERROR,
     FINISHED,
@@ -61,8 +61,6 @@ log = logging.getLogger(__name__)
 TRAJECTORY_PREFIX = "gw:"
 """Named trajectories live under this prefix, apart from those of other clients."""
 FRESH_PREFIX = "gw-"
-CAPACITY_RETRY_S = (0.02, 0.5)
-"""First and longest pause between tries to place a trajectory on a full pool."""
 BROKER_CALLS = 32
 """Requests that talk to Redis at once (submit, end); the others wait their turn, so a burst
 of any size stays within the client's connection pool. Waiting for results needs no turn."""
@@ -95,6 +93,7 @@ class RunCodeService:
         self._lock = threading.Lock()
         self._kept: dict[str, float] = {}
         self._broker_turns = threading.BoundedSemaphore(BROKER_CALLS)
+        self._line = CapacityLine(clock)
         self._enders = ThreadPoolExecutor(2, thread_name_prefix="tangram-gateway-end")
         self.served = 0
         self.in_flight = 0
@@ -181,17 +180,11 @@ class RunCodeService:
     def _result(self, action: Action, deadline: float) -> ActionResult:
         """Submit one action (waiting while no node has room for its trajectory) and wait for
         its result until ``deadline``."""
-        pause = CAPACITY_RETRY_S[0]
-        while True:
-            try:
-                with self._broker_turns:
-                    handle = self.client.submit(action)
-                break
-            except NoCapacityError:
-                if self._clock() + pause > deadline:
-                    raise
-                time.sleep(pause)
-                pause = min(pause * 2, CAPACITY_RETRY_S[1])
+        def submit() -> ActionHandle:
+            with self._broker_turns:
+                return self.client.submit(action)
+
+        handle = self._line.attempt(submit, deadline)
         return handle.result(max(deadline - self._clock(), 1.0))
 
     def _end(self, trajectory_id: str) -> None:

@@ -10,7 +10,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 PYTHON="${PYTHON:-python3.11}"
 VENV="${TANGRAM_VENV:-$ROOT/.venv}"
-DEBIAN_PACKAGES=(bubblewrap redis-server python3 python3-pytest python3-pytest-xdist util-linux procps
+DEBIAN_PACKAGES=(bubblewrap redis-server python3 python3-pytest python3-pytest-xdist util-linux procps g++
   docker.io docker-compose debootstrap chromium fonts-dejavu-core)
 DEBIAN_PACKAGES+=(iproute2)  # ip netns: the multi-host test's hosts
 

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import fields
@@ -387,6 +388,14 @@ def test_tangram_up_serves_a_mixed_batch_and_down_stops_everything(
     tasks = flower_tasks(up_stack.ports["STACK_FLOWER_PORT"],
                          up_stack.env["TANGRAM_FLOWER_PASSWORD"])
     assert {r.action_id for r in results} <= set(tasks)
+    token = read_env_file(up_stack.state_dir / "client.env")["TANGRAM_GATEWAY_TOKEN"]
+    assert token == settings.gateway_token and len(token) >= 20
+    gateway = f"http://127.0.0.1:{up_stack.ports['STACK_GATEWAY_PORT']}/run_code"
+    request = urllib.request.Request(f"{gateway}?token={token}",
+                                     data=b'{"code": "print(6 * 7)", "language": "python"}')
+    with urllib.request.urlopen(request, timeout=120) as reply:
+        answer = json.loads(reply.read())
+    assert answer["status"] == "Success" and answer["run_result"]["stdout"] == "42\n", answer
 
     text = up_stack.text()
     for name in ("redis", "triton", "gateway"):

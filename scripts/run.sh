@@ -49,8 +49,17 @@ make_venv() {
     log "installing tangram-celery and its test tools into $VENV"
     "$VENV/bin/python" -m pip install -q --upgrade pip
     "$VENV/bin/python" -m pip install -q -e ".[dev]"
+    install_verl
     touch "$stamp"
   fi
+}
+
+# verl pins numpy>=2 and transformers<5.11 (tritonserver's nvidia-pytriton needs numpy<2), and its
+# full set pulls vllm and ray[default]; the modules the integrations import need only what the
+# `integrations` extra installs, so verl itself goes in without its dependency list.
+VERL_VERSION=0.9.1
+install_verl() {
+  "$VENV/bin/python" -m pip install -q --no-deps "verl==$VERL_VERSION"
 }
 
 setup() {

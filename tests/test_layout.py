@@ -22,7 +22,7 @@ MAX_GROUND_MODULES = 10
 GROUND = "the ground floor"
 LAYERS = (
     "scheduling", "workloads", "sim", "sandbox", "managers", "reward", "tasks", "pools",
-    "observe", "client", "gateway", "autoscale", "stack", "bench",
+    "observe", "client", "gateway", "integrations", "autoscale", "stack", "bench",
 )
 """The packages from the bottom up: each may import the ground floor and packages below it."""
 GROUND_PACKAGES = ("action",)

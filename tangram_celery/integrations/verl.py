@@ -13,10 +13,13 @@ The reward (``reward.reward_manager.name=batch``, ``reward.custom_reward_functio
 file, ``.name=compute_score``): :func:`compute_score` takes the whole batch and runs every
 solution's tests as tangram actions at once. ``ground_truth`` is a pytest file, or stdin/stdout
 cases ``{"inputs": [...], "outputs": [...]}`` as verl's SandboxFusion datasets carry them.
+verl 0.9's default reward loop (``reward.reward_manager.name=naive``) awaits one call per
+response instead: point ``.name`` at :func:`compute_score_async` for it.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,6 +31,8 @@ from tangram_celery.client import TangramClient, code_action
 from tangram_celery.integrations.cases import completion_text, extract_code, plan_for
 from tangram_celery.integrations.scoring import (
     RewardOptions,
+    judge,
+    plan_actions,
     score_plans,
     settings_from,
     shared_client,
@@ -131,3 +136,20 @@ def compute_score(data_sources: Sequence[str], solution_strs: Sequence[str],
     plans = [plan_for(extract_code(completion_text(s)), truth)
              for s, truth in zip(solution_strs, ground_truths, strict=True)]
     return [score.as_dict() for score in score_plans(client, plans, options)]
+
+
+async def compute_score_async(data_source: str, solution_str: str, ground_truth: Any,
+                              extra_info: Any = None, **kwargs: Any) -> dict[str, float]:
+    """The per-sample form for verl's reward-loop managers (``naive``, verl >= 0.9), which
+    await one call per response, many at once: the same tests, the same options as
+    :func:`compute_score`, awaited without blocking the loop."""
+    options = RewardOptions.from_mapping({"trajectory_prefix": "verl-reward", **kwargs})
+    client = shared_client(settings_from(kwargs.get("settings")))
+    plan = plan_for(extract_code(completion_text(solution_str)), ground_truth)
+    trajectory = f"{options.trajectory_prefix}-{uuid.uuid4().hex[:12]}"
+    actions = plan_actions(plan, trajectory, options)
+    try:
+        results = await client.arun_batch(actions, options.wait_s) if actions else []
+    finally:
+        client.end_trajectory(trajectory)
+    return judge(plan, results).as_dict()

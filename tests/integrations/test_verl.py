@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -13,11 +14,13 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 from verl import DataProto
+from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
 from verl.tools.tool_registry import initialize_tools_from_config
 from verl.workers.reward_manager import get_reward_manager_cls
 
-from tangram_celery.integrations.verl import TangramCodeTool, compute_score
+from tangram_celery.integrations.verl import TangramCodeTool, compute_score, compute_score_async
 from tangram_celery.settings import Settings
 
 CpuWorkers = Callable[..., list[str]]
@@ -110,3 +113,17 @@ def test_compute_score_names_bad_ground_truth(settings: Settings) -> None:
     with pytest.raises(ValueError, match="tests"):
         compute_score(["d"], ["x = 1"], [{"inputs": ["1"]}], [{}],
                       settings={"redis_url": settings.redis_url})
+
+
+def test_verls_reward_loop_manager_awaits_the_per_sample_form(
+        settings: Settings, cpu_workers: CpuWorkers, trl_example: ModuleType) -> None:
+    cpu_workers({"verl-c": 2})
+    tokenizer = trl_example.build_tokenizer()
+    score = partial(compute_score_async, settings={"redis_url": settings.redis_url})
+    manager = NaiveRewardManager(OmegaConf.create({}), tokenizer, score)
+    batch = data_proto(tokenizer, [["x = 1\n"], ["x = 2\n"]], [trl_example.TESTS] * 2)
+
+    async def both() -> list[dict[str, Any]]:
+        return list(await asyncio.gather(*(manager.run_single(batch[i:i + 1]) for i in (0, 1))))
+
+    assert [r["reward_score"] for r in manager.loop.run_until_complete(both())] == [1.0, 0.5]

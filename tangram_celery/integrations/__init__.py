@@ -8,5 +8,5 @@ Every solution's tests become tangram actions, submitted together so the CPU poo
 the whole batch (:mod:`.scoring`, with the plain-data parts in :mod:`.tests`). verl and TRL are
 imported only by :mod:`.verl` and :mod:`.trl`, so the rest of tangram never needs them.
 
-May import: the ground floor and client; never the stack, the autoscaler or the benchmarks.
+May import: the ground floor, sandbox and client; never the stack, the autoscaler or the benchmarks.
 """

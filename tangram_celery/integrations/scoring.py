@@ -32,6 +32,7 @@ from tangram_celery.integrations.cases import (
     case_passed,
     pytest_counts,
 )
+from tangram_celery.sandbox.base import BASE_ENV
 from tangram_celery.settings import Settings
 
 
@@ -110,8 +111,8 @@ def score_plans(client: TangramClient, plans: Sequence[TestPlan],
 
 
 def serial_scores(plans: Sequence[TestPlan], options: RewardOptions) -> list[Score]:
-    """The same plans run one by one from this process with the same ``python3`` as the
-    sandboxes (no sandbox, no queue, one core each): the baseline."""
+    """The same plans run one by one from this process with the ``python3`` the sandboxes find
+    on their ``PATH`` (no sandbox, no queue, one core each): the baseline."""
     return [_run_locally(plan, options.timeout_s) for plan in plans]
 
 
@@ -133,7 +134,7 @@ def _run_locally(plan: TestPlan, timeout_s: float) -> Score:
 
 
 def _python() -> str:
-    return shutil.which("python3") or sys.executable
+    return shutil.which("python3", path=BASE_ENV["PATH"]) or sys.executable
 
 
 def _local(argv: list[str], cwd: str, stdin: str | None, timeout_s: float) -> tuple[bool, str]:

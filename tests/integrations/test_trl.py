@@ -3,6 +3,9 @@ rewards from real test runs on a real CPU node (the same code as ``examples/trl_
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -16,6 +19,7 @@ from tangram_celery.integrations.trl import TestReward
 from tangram_celery.settings import Settings
 
 CpuWorkers = Callable[..., list[str]]
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "trl_grpo.py"
 
 
 @pytest.mark.slow
@@ -45,3 +49,16 @@ def test_the_serial_baseline_scores_in_process(trl_example: ModuleType) -> None:
     assert reward.__name__ == "tangram_serial_tests"
     assert reward(["p"] * 3, ["x = 1\n", "x = 2\n", "```python\n1 / 0\n```"],
                   tests=[trl_example.TESTS] * 3) == [1.0, 0.5, 0.0]
+
+
+@pytest.mark.slow
+def test_the_example_compares_step_times(settings: Settings, cpu_workers: CpuWorkers) -> None:
+    cpu_workers({"trl-b": 2})
+    env = {**os.environ, "TANGRAM_REDIS_URL": settings.redis_url,
+           "TANGRAM_NODE_TTL_S": str(settings.node_ttl_s)}
+    done = subprocess.run([sys.executable, str(EXAMPLE), "--steps", "1", "--group", "2",
+                           "--compare"], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "using 1 live CPU node(s)" in done.stdout
+    assert " tangram: step time median" in done.stdout and "  serial: step time" in done.stdout
+    assert "step time serial / tangram:" in done.stdout

@@ -3,6 +3,8 @@
     tangram bench robustness                      # paper scale, batch and cores sweeps
     tangram bench robustness --scale 4            # a quarter of every size (quick)
     tangram bench robustness --ablations          # also the robust policy minus each idea
+    tangram bench robustness --grid [--jobs 2]    # the robustness grid, 3 seeds (bench.grid)
+    tangram bench robustness --durations oracle   # what the policies see (default: learned)
 
 The AI-coding workload in simulation, pure CPU scheduling (no control-plane costs), at every
 point of the batch sweep (cores 1280) and of the cores sweep (batch 1280) of ``tangram bench
@@ -25,9 +27,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from tangram_celery.bench import grid
 from tangram_celery.bench.plan import SWEEPS, Point, workload_at
 from tangram_celery.bench.summary import ALL, summarize
 from tangram_celery.sim.costs import SCHEDULING_ONLY
+from tangram_celery.sim.durations import DEFAULT_DURATIONS, DurationMode, parse_durations
 from tangram_celery.sim.policy import ABLATIONS
 from tangram_celery.sim.systems import simulate
 from tangram_celery.workloads import Workload
@@ -85,14 +89,14 @@ def ideal_external(workload: Workload) -> float:
 
 
 def run_point(sweep: str, point: Point, systems: Sequence[str], seed: int, scale: int,
-              tick: Callable[[str], None]) -> Row:
-    """Every system at one point."""
+              tick: Callable[[str], None], durations: DurationMode | None = None) -> Row:
+    """Every system at one point (policies see ``durations``: default learned)."""
     workload = workload_at("coding", point, seed)
     cluster = point.cluster(cores_per_node=NODE_CORES // scale)
     mean, exec_act, external, queued = {}, {}, {}, {}
     for name in systems:
         result = simulate(workload, name, cluster, SCHEDULING_ONLY, seed=seed,
-                          point=point.as_dict())
+                          point=point.as_dict(), durations=durations)
         summary = summarize(result, "sched")
         kinds = {k.kind: k for k in summary.kinds}
         mean[name], exec_act[name] = kinds[ALL].mean, kinds["exec"].mean
@@ -159,18 +163,55 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ablations", action="store_true",
                         help="also run the robust policy with each idea switched off")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    parser.add_argument("--grid", action="store_true",
+                        help="run the robustness grid (see tangram_celery.bench.grid) instead")
+    parser.add_argument("--seeds", default="1,2,3", help="grid: comma-separated seeds")
+    parser.add_argument("--jobs", type=int, default=1, help="grid: processes to run it in")
+    parser.add_argument("--durations", default=DEFAULT_DURATIONS,
+                        help="what the policies are told: learned (default), oracle or "
+                             "noisy:SIGMA")
     return parser
+
+
+def grid_main(args: argparse.Namespace) -> int:
+    """Run the grid and print it."""
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    points = grid.grid_points()
+    found = grid.run_grid(points, seeds, args.scale, args.durations, args.jobs,
+                          lambda: print(".", end="", file=sys.stderr, flush=True))
+    print(file=sys.stderr)
+    rows = [grid.grid_row(p, [found[(grid.scaled(p, args.scale), s)] for s in seeds])
+            for p in points]
+    print(f"Robustness grid: AI coding, simulated, pure CPU scheduling, {args.durations} "
+          f"durations, seeds {','.join(map(str, seeds))}, scale 1/{args.scale} (batch, cores "
+          f"and node size divided by it): external time per trajectory, mean (range) over "
+          "seeds\n")
+    print(grid.render_grid(rows))
+    misses = [r.point.label for r in rows if r.vs_fixed.mean < 1.0 or r.exec_vs_static.mean < 1.0]
+    print(f"\n{len(rows) - len(misses)} of {len(rows)} points meet tangram >= best fixed DoP "
+          f"and exec ACT <= static; short: {'; '.join(misses) or 'none'}")
+    if args.json is not None:
+        args.json.write_text(json.dumps([asdict(row) for row in rows], indent=1))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the sweeps and print the table."""
     args = build_parser().parse_args(argv)
+    try:
+        parse_durations(args.durations)
+    except ValueError as exc:
+        print(f"tangram bench robustness: error: {exc}", file=sys.stderr)
+        return 2
+    if args.grid:
+        return grid_main(args)
     systems = [*SYSTEMS, *(f"tangram:{name}" for name in ABLATIONS if args.ablations)]
     chosen = [(s, p) for s, p in sweep_points(args.scale) if args.sweep in (s, "both")]
     rows = []
     for sweep, point in chosen:
         rows.append(run_point(sweep, point, systems, args.seed, args.scale,
-                              lambda name: print(".", end="", file=sys.stderr, flush=True)))
+                              lambda name: print(".", end="", file=sys.stderr, flush=True),
+                              parse_durations(args.durations)))
         print(f" {sweep} batch {point.batch} cores {point.cores}", file=sys.stderr)
     print(f"AI-coding workload, simulated, pure CPU scheduling, seed {args.seed}, scale 1/"
           f"{args.scale}: mean ACT (s) per system\n")

@@ -36,6 +36,7 @@ from tangram_celery.pools.serving import Heartbeat, rejected_result
 from tangram_celery.sandbox import SandboxBackend
 from tangram_celery.scheduling import DurationModel
 from tangram_celery.scheduling.demand import job_class
+from tangram_celery.scheduling.learned import learn
 from tangram_celery.scheduling.loans import LoanConfig
 from tangram_celery.scheduling.robust import RobustConfig, loan_config
 from tangram_celery.settings import Settings
@@ -137,7 +138,7 @@ class CpuNode:
             timings.exec_s, timings.setup_s = outcome.exec_s, outcome.setup_s
             if action.signature and not outcome.timed_out \
                     and not self.loans.lent_ever(action.id):
-                self.model.observe(signature_of(action), len(cores), outcome.exec_s)
+                learn(self.model, signature_of(action), len(cores), outcome.exec_s)
         finally:
             if borrowed:
                 self._settle(*self.loans.ended(action.id))

@@ -111,6 +111,10 @@ class DurationModel:
             if units != 1:
                 self.seed(signature, units, t1 / (value * units))
 
+    def observed(self, signature: Signature) -> tuple[int, ...]:
+        """The unit counts the signature has been observed or seeded at, ascending."""
+        return tuple(sorted(self._stats.get(signature, {})))
+
     def known(self, signature: Signature) -> bool:
         """Whether the signature has been observed or seeded."""
         return signature in self._stats

@@ -33,6 +33,7 @@ from tangram_celery.scheduling import Core, CpuPool, Job, Pool
 from tangram_celery.scheduling.loans import Holder, Loan, lender_speed
 from tangram_celery.sim.cluster import Cluster
 from tangram_celery.sim.costs import Costs
+from tangram_celery.sim.durations import Durations
 from tangram_celery.sim.policy import PolicyFactory, Shape
 from tangram_celery.sim.pooled import (
     Launch,
@@ -119,13 +120,14 @@ class CpuNodes(PooledBackend):
     resource = "cpu"
 
     def __init__(self, workload: Workload, cluster: Cluster, shape: Shape,
-                 policy: PolicyFactory, costs: Costs) -> None:
+                 policy: PolicyFactory, costs: Costs, durations: Durations | None = None
+                 ) -> None:
         size = cluster.cores_per_node
         group = size // cluster.numa_per_node
         cores = tuple(Core(i, i // group) for i in range(size))
         pools = [UnitPool(f"cpu-{n}", range(size), cpu_view(f"cpu-{n}", cores), policy())
                  for n in range(cluster.cpu_nodes)]
-        super().__init__(workload, shape, costs.dispatch_s, pools)
+        super().__init__(workload, shape, costs.dispatch_s, pools, durations)
         self.pins: dict[int, int] = {}
         self.pinned = [0] * len(self.pools)
         self.lend: list[Lend | None] = [getattr(p.policy, "lend", None) for p in self.pools]
@@ -287,6 +289,7 @@ class CpuNodes(PooledBackend):
             loaned.ended = True
         trajectory = self.workload.trajectories[borrow.pending.live.trajectory].id
         record = launch_record(borrow, trajectory, pool.name, now, self.used(borrow, now))
+        self.learn(index, borrow, record)
         return replace(record, held=own)
 
     def _finished(self, index: int, launch: Launch, lender: Lending | None,
@@ -302,7 +305,9 @@ class CpuNodes(PooledBackend):
             if not lender.lent:
                 self._release(index, lender, now)
         trajectory = self.workload.trajectories[launch.pending.live.trajectory].id
-        return launch_record(launch, trajectory, pool.name, now, self.used(launch, now))
+        record = launch_record(launch, trajectory, pool.name, now, self.used(launch, now))
+        self.learn(index, launch, record)
+        return record
 
     def _release(self, index: int, lender: Lending, now: float) -> None:
         """A lender with no loans left gives its cores back."""

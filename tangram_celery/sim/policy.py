@@ -134,7 +134,10 @@ class Minimum:
         return False
 
 
-def job_for(job_id: str, key: str, spec: ActionSpec, submitted: float, shape: Shape) -> Job:
-    """The scheduler's view of an action under ``shape``."""
-    return Job(job_id, key, shape.options(spec), submitted, elastic=shape.elastic(spec),
-               service=spec.service)
+def job_for(job_id: str, key: str, spec: ActionSpec, submitted: float, shape: Shape,
+            seen: Callable[[tuple[Option, ...]], tuple[Option, ...]] | None = None) -> Job:
+    """The scheduler's view of an action under ``shape``; ``seen`` turns the shape's exact
+    options into those the policy is told (see :mod:`.durations`)."""
+    options = shape.options(spec)
+    return Job(job_id, key, options if seen is None else seen(options), submitted,
+               elastic=shape.elastic(spec), service=spec.service)

@@ -16,7 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from tangram_celery.scheduling import Job, Pool, RunningJob, Snapshot, Start
+from tangram_celery.scheduling import Job, Option, Pool, RunningJob, Snapshot, Start
+from tangram_celery.sim.durations import DurationMode, Durations
 from tangram_celery.sim.policy import Policy, Shape, job_for
 from tangram_celery.sim.record import ActionRecord, Allocation, Live, RunResult
 from tangram_celery.sim.timeline import Timeline
@@ -127,9 +128,11 @@ class UnitPool:
                 raise OverAllocation(f"pool {self.name}: {start.job_id} granted busy units")
             free -= taken
             finish = now + setup + spec.duration(len(units))
+            expected = (None if start.expected_duration is None
+                        else now + setup + start.expected_duration)
             pending = self.pending.pop(start.job_id)
-            self.running[start.job_id] = RunningJob(start.job_id, self.name, len(units), finish,
-                                                    tuple(units), spec.service)
+            self.running[start.job_id] = RunningJob(start.job_id, self.name, len(units),
+                                                    expected, tuple(units), spec.service)
             launches.append(Launch(start.job_id, pending, tuple(units), now, setup, finish,
                                    setup > 0, spent))
         self.free = sorted(free)
@@ -173,9 +176,10 @@ class PooledBackend:
     resource = "units"
 
     def __init__(self, workload: Workload, shape: Shape, dispatch_s: float,
-                 pools: Sequence[UnitPool]) -> None:
+                 pools: Sequence[UnitPool], durations: Durations | None = None) -> None:
         self.workload = workload
         self.shape = shape
+        self.durations = durations or Durations(DurationMode("oracle"))
         self.dispatch_s = dispatch_s
         self.pools = list(pools)
         self.timeline: Timeline[tuple[int, Live | Launch]] = Timeline()
@@ -215,16 +219,27 @@ class PooledBackend:
             pool.release(item.job_id, item.units)
             self.allocations.append(Allocation(pool.name, item.units, item.started, now))
             trajectory = self.workload.trajectories[item.pending.live.trajectory].id
-            done.append(launch_record(item, trajectory, pool.name, now, self.used(item, now)))
+            record = launch_record(item, trajectory, pool.name, now, self.used(item, now))
+            self.learn(index, item, record)
+            done.append(record)
         return done
 
     def arrive(self, index: int, live: Live, now: float) -> Job:
         """The action joins the queue of pool ``index`` as a job shaped by the system."""
         pool = self.pools[index]
         spec = self.workload.trajectories[live.trajectory].actions[live.index]
-        job = job_for(f"{live.trajectory}.{live.index}", pool.name, spec, now, self.shape)
+        job_id = f"{live.trajectory}.{live.index}"
+
+        def seen(options: tuple[Option, ...]) -> tuple[Option, ...]:
+            return self.durations.options(index, job_id, spec, options)
+
+        job = job_for(job_id, pool.name, spec, now, self.shape, seen)
         pool.enqueue(job, Pending(live, spec, now))
         return job
+
+    def learn(self, index: int, launch: Launch, record: ActionRecord) -> None:
+        """Pool ``index`` learns from a finished action (learned durations only)."""
+        self.durations.observe(index, launch.pending.spec, record.units, record.exec)
 
     def dispatch(self, now: float) -> None:
         """Let every pool that changed schedule itself."""

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from tangram_celery.scheduling.ordering import DEFAULT_BYPASS_S
 from tangram_celery.sim.cluster import Cluster
 from tangram_celery.sim.costs import Costs
+from tangram_celery.sim.durations import DurationMode, Durations
 from tangram_celery.sim.engine import Backend, Engine, Progress
 from tangram_celery.sim.gpupool import GPU_POLICIES, GpuPooled, gpu_policy_factory
 from tangram_celery.sim.nodes import CpuNodes
@@ -99,15 +100,17 @@ def system(name: str, default_policy: str = DEFAULT_POLICY) -> System:
 
 
 def backends(workload: Workload, chosen: System, cluster: Cluster, costs: Costs,
-             seed: int) -> dict[str, Backend]:
-    """One backend per pool type the workload uses."""
+             seed: int, durations: DurationMode | None = None) -> dict[str, Backend]:
+    """One backend per pool type the workload uses; CPU nodes' policies see ``durations``
+    (default: learned online, see :mod:`.durations`)."""
+    seen = Durations(durations or DurationMode(), seed)
     pools = {a.pool for t in workload.trajectories for a in t.actions}
     built: dict[str, Backend] = {}
     if chosen.pooled:
         factory = policy_factory(chosen.policy)
         gpu = gpu_policy_factory(chosen.gpu_policy)
         makers: dict[str, Callable[[], Backend]] = {
-            "cpu": lambda: CpuNodes(workload, cluster, chosen.shape, factory, costs),
+            "cpu": lambda: CpuNodes(workload, cluster, chosen.shape, factory, costs, seen),
             "gpu": lambda: GpuPooled(workload, cluster, chosen.shape, gpu, costs),
             "api": lambda: (ApiQuota(workload, cluster, costs, chosen.api_bypass_s)
                             if chosen.quota else
@@ -127,11 +130,14 @@ def backends(workload: Workload, chosen: System, cluster: Cluster, costs: Costs,
 
 def simulate(workload: Workload, name: str, cluster: Cluster, costs: Costs, *, seed: int = 0,
              point: dict[str, object] | None = None, progress: Progress | None = None,
-             default_policy: str = DEFAULT_POLICY) -> RunResult:
-    """Run system ``name`` on ``workload``; the result holds every action's record."""
+             default_policy: str = DEFAULT_POLICY, durations: DurationMode | None = None
+             ) -> RunResult:
+    """Run system ``name`` on ``workload``; the result holds every action's record. The
+    policies of CPU nodes see ``durations`` (default: learned online, :mod:`.durations`)."""
     chosen = system(name, default_policy)
     result = RunResult(name, workload.name, dict(point or {}))
     began = time.perf_counter()
-    Engine(workload, backends(workload, chosen, cluster, costs, seed), progress).run(result)
+    built = backends(workload, chosen, cluster, costs, seed, durations)
+    Engine(workload, built, progress).run(result)
     result.wall_s = time.perf_counter() - began
     return result

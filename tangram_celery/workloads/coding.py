@@ -11,7 +11,13 @@ and ends with one test run. Sources of the shapes (the values are assumptions, a
 * the final test run is elastic over 1..``max_units`` cores (32, as in issue 12), its one-core
   time long-tailed (log-normal, median ``test_median_s``), with Amdahl's law over a per-task
   parallel fraction drawn uniformly from ``parallel_range`` (or fixed by ``parallel``, for the
-  sensitivity sweep).
+  sensitivity sweep);
+* GRPO groups: the ``group`` rollouts of one prompt (consecutive trajectories) run the same
+  test suite, so their test runs share one signature (``coding-p<group>``), one parallel
+  fraction and one single-core time up to a per-rollout log-normal jitter of log-sigma
+  ``group_jitter`` (rollouts that fail early, or add tests, change it a little). The default
+  G = 8 is TRL's default ``num_generations`` (GRPOConfig) and lies within the 5-16 that
+  verl's GRPO examples use; ``group=1`` gives every rollout its own suite.
 """
 
 from __future__ import annotations
@@ -41,6 +47,12 @@ class CodingParams:
     parallel: float | None = None
     max_units: int = 32
     start_spread_s: float = 0.0
+    group: int = 8
+    group_jitter: float = 0.2
+
+    def __post_init__(self) -> None:
+        if self.group < 1 or self.group_jitter < 0:
+            raise ValueError("group must be >= 1 and group_jitter >= 0")
 
 
 def coding_trajectory(params: CodingParams, seed: int, index: int) -> Trajectory:
@@ -53,10 +65,16 @@ def coding_trajectory(params: CodingParams, seed: int, index: int) -> Trajectory
         t1 = clipped_lognormal(rng, p.exec_median_s, p.exec_sigma, *p.exec_range_s)
         actions.append(ActionSpec("exec", round(t1, 6), round(think, 6)))
     think = clipped_lognormal(rng, p.think_median_s, p.think_sigma, 0.0, 600.0)
-    t1 = clipped_lognormal(rng, p.test_median_s, p.test_sigma, *p.test_range_s)
-    parallel = p.parallel if p.parallel is not None else rng.uniform(*p.parallel_range)
+    group = index // p.group
+    suite = trajectory_rng(seed, f"{NAME}-suite", group)
+    t1 = clipped_lognormal(suite, p.test_median_s, p.test_sigma, *p.test_range_s)
+    parallel = p.parallel if p.parallel is not None else suite.uniform(*p.parallel_range)
+    if p.group_jitter > 0:
+        t1 = min(max(t1 * rng.lognormvariate(0.0, p.group_jitter), p.test_range_s[0]),
+                 p.test_range_s[1])
     actions.append(ActionSpec("test_run", round(t1, 6), round(think, 6),
-                              tuple(range(1, p.max_units + 1)), round(parallel, 4)))
+                              tuple(range(1, p.max_units + 1)), round(parallel, 4),
+                              signature=f"{NAME}-p{group}"))
     start = rng.uniform(0.0, p.start_spread_s) if p.start_spread_s > 0 else 0.0
     return Trajectory(f"{NAME}-{index}", tuple(actions), round(start, 6))
 

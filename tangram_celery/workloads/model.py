@@ -22,7 +22,9 @@ class ActionSpec:
     ``kind``: ``exec``, ``test_run`` (CPU), ``reward`` (GPU) or ``api``. ``units``: the allowed
     unit counts of the key resource, ascending (cores, GPUs; ``(1,)`` for API calls).
     ``parallel``: Amdahl's parallel fraction (0: inelastic). ``service``: the GPU model or API
-    name. ``think_s``: LLM time before the action is submitted.
+    name. ``think_s``: LLM time before the action is submitted. ``signature``: what the
+    submitter names the action by (a GRPO group's prompt; empty: none), the key a duration
+    model learns under.
     """
 
     kind: str
@@ -31,6 +33,7 @@ class ActionSpec:
     units: tuple[int, ...] = (1,)
     parallel: float = 0.0
     service: str = ""
+    signature: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in KIND_POOL:

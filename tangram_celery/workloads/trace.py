@@ -143,6 +143,7 @@ def parse_action_spec(record: Mapping[str, Any]) -> ActionSpec:
         units=units,
         parallel=float(record.get("parallel", 0.0)),
         service=str(record.get("service", "")),
+        signature=str(record.get("signature", "")),
     )
 
 
@@ -158,6 +159,8 @@ def action_record(spec: ActionSpec) -> dict[str, Any]:
         record["parallel"] = spec.parallel
     if spec.service:
         record["service"] = spec.service
+    if spec.signature:
+        record["signature"] = spec.signature
     return record
 
 

@@ -84,6 +84,7 @@ def test_a_registered_policy_drops_in() -> None:
             calls.append(len(snapshot.waiting))
             return inner(snapshot)
 
+        policy.lend = inner.lend  # type: ignore[attr-defined]
         return policy
 
     register_policy("spy", spy)  # type: ignore[arg-type]

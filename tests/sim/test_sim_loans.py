@@ -9,6 +9,7 @@ from tangram_celery.bench.plan import Point, workload_at
 from tangram_celery.scheduling.loans import lender_speed
 from tangram_celery.sim.cluster import Cluster
 from tangram_celery.sim.costs import SCHEDULING_ONLY
+from tangram_celery.sim.durations import DurationMode
 from tangram_celery.sim.engine import Engine
 from tangram_celery.sim.invariants import violations
 from tangram_celery.sim.nodes import CpuNodes
@@ -29,7 +30,8 @@ def run_and_exec(exec_s: float) -> Workload:
 
 
 def run(workload: Workload, name: str) -> tuple[RunResult, CpuNodes]:
-    built = backends(workload, system(name), NODE, SCHEDULING_ONLY, 0)
+    """Run with exact durations: these cases time the loans to the tick."""
+    built = backends(workload, system(name), NODE, SCHEDULING_ONLY, 0, DurationMode("oracle"))
     result = RunResult(name, workload.name, {})
     Engine(workload, built).run(result)
     assert violations(workload, result) == []

@@ -156,3 +156,18 @@ def test_format_is_json_lines() -> None:
 def test_a_trajectory_needs_an_action() -> None:
     with pytest.raises(TraceError, match="at least one action"):
         parse_trace(['{"type": "trajectory", "id": "empty", "actions": []}'])
+
+
+def test_grpo_groups_share_a_suite_and_a_signature() -> None:
+    workload = coding(24, 4, CodingParams(group=8))
+    tests = [t.actions[-1] for t in workload.trajectories]
+    for first in range(0, 24, 8):
+        members = tests[first:first + 8]
+        assert len({a.signature for a in members}) == 1
+        assert len({a.parallel for a in members}) == 1
+        assert max(a.t1 for a in members) / min(a.t1 for a in members) < 4
+    assert len({a.signature for a in tests}) == 3
+    alone = coding(4, 4, CodingParams(group=1))
+    assert len({t.actions[-1].signature for t in alone.trajectories}) == 4
+    with pytest.raises(ValueError, match="group"):
+        CodingParams(group=0)

@@ -63,7 +63,8 @@ def action_for(spec: ActionSpec, trajectory_id: str, system: str, cores: int) ->
         low = min(int(fixed.group(1)), cores) if fixed else 1
         high = low if fixed else cores
         action = emulated_test_run(trajectory_id, round(spec.t1, 3), round(spec.parallel, 3),
-                                   high, min_units=low)
+                                   high, min_units=low, declare=False,
+                                   signature=spec.signature or "emulated-tests")
     return replace(action, trajectory_memory_mb=TRAJECTORY_MEMORY_MB)
 
 

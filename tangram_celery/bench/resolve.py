@@ -13,6 +13,7 @@ from tangram_celery.bench.mopd_real import RealGpuConfig
 from tangram_celery.bench.plan import Point, points, workload_at
 from tangram_celery.sim.cluster import Cluster
 from tangram_celery.sim.costs import PRESETS
+from tangram_celery.sim.durations import DEFAULT_DURATIONS, parse_durations
 from tangram_celery.sim.systems import DEFAULT_SYSTEMS, system
 from tangram_celery.workloads import Workload, read_trace
 
@@ -64,6 +65,7 @@ def resolve(args: argparse.Namespace) -> Plan:
         default)
     for name in systems:
         system(name, args.policy)  # ValueError names an unknown system or policy
+    parse_durations(getattr(args, "durations", DEFAULT_DURATIONS))  # ValueError names it
     presets = ["real", "sim"] if real else args.costs.split(",")
     unknown = [p for p in presets if p not in PRESETS and not real]
     if unknown:

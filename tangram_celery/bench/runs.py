@@ -17,6 +17,7 @@ from tangram_celery.bench.resolve import Plan, gpu_config, physics
 from tangram_celery.bench.summary import Summary, summarize
 from tangram_celery.sim.cluster import Cluster
 from tangram_celery.sim.costs import PRESETS
+from tangram_celery.sim.durations import DEFAULT_DURATIONS, parse_durations
 from tangram_celery.sim.record import RunResult
 from tangram_celery.sim.systems import simulate
 from tangram_celery.workloads import Workload
@@ -64,15 +65,17 @@ def runner(args: argparse.Namespace) -> Runner:
             return simulate(workload, system, config.cluster(), mopd_real.SIM_COSTS,
                             seed=args.seed, point=point.as_dict(), progress=tick,
                             default_policy=args.policy)
+        durations = parse_durations(getattr(args, "durations", DEFAULT_DURATIONS))
         if preset == "real":
             return run_real(workload, system, point.cores, point.as_dict(), tick)
         if args.mode == "real":
             node = Cluster(cpu_nodes=1, cores_per_node=point.cores, numa_per_node=1)
             return simulate(workload, system, node, PRESETS["cp"], seed=args.seed,
-                            point=point.as_dict(), progress=tick, default_policy=args.policy)
+                            point=point.as_dict(), progress=tick, default_policy=args.policy,
+                            durations=durations)
         return simulate(workload, system, point.cluster(physics(args)), PRESETS[preset],
                         seed=args.seed, point=point.as_dict(), progress=tick,
-                        default_policy=args.policy)
+                        default_policy=args.policy, durations=durations)
 
     return run
 

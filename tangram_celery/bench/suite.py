@@ -35,6 +35,7 @@ from tangram_celery.bench import runs
 from tangram_celery.bench.outputs import write
 from tangram_celery.bench.plan import SWEEPS
 from tangram_celery.bench.resolve import REAL_GPU_SYSTEMS, REAL_SYSTEMS, resolve
+from tangram_celery.sim.durations import DEFAULT_DURATIONS
 from tangram_celery.sim.invariants import violations
 from tangram_celery.sim.policy import DEFAULT_POLICY
 from tangram_celery.sim.systems import DEFAULT_SYSTEMS
@@ -65,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--costs", default="sched,cp",
                         help="cost presets: sched (scheduling alone), cp (control plane)")
     parser.add_argument("--policy", default=DEFAULT_POLICY, help="tangram's default policy")
+    parser.add_argument("--durations", default=DEFAULT_DURATIONS,
+                        help="sim: what CPU policies are told of durations: learned online "
+                             "(default), oracle (exact) or noisy:SIGMA (exact times a "
+                             "log-normal error)")
     parser.add_argument("--trace", type=Path, default=None, help="JSON Lines trace to replay")
     parser.add_argument("--load-init-s", type=float, default=None,
                         help="GPU service restore: fixed seconds (default 2.0)")

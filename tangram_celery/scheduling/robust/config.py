@@ -23,6 +23,8 @@ class RobustConfig:
     `max_reserve`: the largest share of a pool the reserve may take.
     `max_bypass_s`: after waiting this long a job is overtaken by nothing (starvation bound).
     `loans`: short jobs left waiting borrow cores of running jobs (`loan_config`).
+    `floor`: the fewest units an elastic job starts on (within its minimum and the cap; 1:
+    none), so a test run does not take the one core an exec action just freed.
     """
 
     base: SchedulerConfig = field(default_factory=SchedulerConfig)
@@ -38,12 +40,15 @@ class RobustConfig:
     max_units: int | None = None
     burstiness: float = 4.0
     loans: bool = True
+    floor: int = 1
 
     def __post_init__(self) -> None:
         if not self.utilisation > 0 or not 0 <= self.max_reserve < 1:
             raise ValueError("utilisation must be positive and max_reserve in [0, 1)")
         if self.reserve_z < 0 or self.max_bypass_s < 0:
             raise ValueError("reserve_z and max_bypass_s must be >= 0")
+        if self.floor < 1:
+            raise ValueError("floor must be at least 1 unit")
 
 
 def loan_config(config: RobustConfig) -> LoanConfig:

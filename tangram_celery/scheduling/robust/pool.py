@@ -3,7 +3,7 @@ paper's allocator on the queue built from the plan (`pool_decision`)."""
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
@@ -73,7 +73,7 @@ def pool_decision(
     width = sum(map(_UNITS_OF, choice.chosen)) + choice.long_left
     operator = CpuOperator(pool if width >= len(pool.free) else
                            CpuPool(pool.name, _cores(pool.free, width), total))
-    built = _queue(jobs, placeable, choice, cap, operator)
+    built = _queue(jobs, placeable, choice, cap, operator, config.floor)
     return settle_queue(snapshot, config.base, built, {pool.name: operator})
 
 
@@ -86,7 +86,7 @@ def _bands(jobs: Sequence[Job], chosen: Plan, cap: int, total: int) -> dict[str,
 
 
 def _queue(jobs: Sequence[Job], placeable: Sequence[Job], choice: Choice, cap: int,
-           operator: CpuOperator) -> Queue:
+           operator: CpuOperator, floor: int = 1) -> Queue:
     """The allocator's queue for the plan: what `build_queue` builds from the `_reordered`
     jobs with their `_bands` (the chosen jobs in queue order, the head, the rest), each job's
     entry cached on the job (`Job.memo`).
@@ -99,8 +99,8 @@ def _queue(jobs: Sequence[Job], placeable: Sequence[Job], choice: Choice, cap: i
     total = operator.pool.total
     usable = operator.usable
     at, later = choice.at, choice.later
-    key = f"{_ENTRY}:{total}:{cap}"
-    held_to = (cap, total)  # a chosen job's band: (its minimum, the cap if elastic, else total)
+    key = f"{_ENTRY}:{total}:{cap}:{floor}"
+    held_to = (cap, total, floor)  # a chosen job's band: see `_entry`
     first = [_entry(job, key, usable, None, held_to) for job in placeable[:at]]
     if choice.head is not None:
         first += [_entry(placeable[i], key, usable, None, held_to) for i in later]
@@ -127,11 +127,11 @@ def _queue(jobs: Sequence[Job], placeable: Sequence[Job], choice: Choice, cap: i
 
 
 def _entry(job: Job, key: str, usable: Callable[[tuple[Option, ...]], tuple[Option, ...]],
-           band: Band | None, held_to: tuple[int, int] | None = None) -> Entry:
+           band: Band | None, held_to: tuple[int, int, int] | None = None) -> Entry:
     """`queue_entry(job, usable, band)` of a placeable job, cached on the job under `key`
     (naming what the entry depends on besides the job; "": not cached). `held_to`: (cap,
-    pool size) of a chosen job, whose band is (its minimum, the cap if it is elastic, else
-    the pool size).
+    pool size, floor) of a chosen job, whose band is (the floor within its minimum and the
+    cap, the cap) if it is elastic, else (its minimum, the pool size).
 
     The cached entry refers to its job, a reference cycle: a job that leaves the queue is
     freed by the cycle collector rather than at once. Rebuilding the entry from its parts at
@@ -140,7 +140,8 @@ def _entry(job: Job, key: str, usable: Callable[[tuple[Option, ...]], tuple[Opti
     if entry is not None:
         return cast(Entry, entry)
     if held_to is not None:
-        band = (job.minimum, held_to[0] if job.is_elastic else held_to[1])
+        band = ((max(job.minimum, min(held_to[2], held_to[0])), held_to[0]) if job.is_elastic
+                else (job.minimum, held_to[1]))
     entry = queue_entry(job, usable, band)
     if entry is None:
         raise AssertionError(f"job {job.job_id!r} is placeable")
@@ -178,7 +179,9 @@ def _views(jobs: Sequence[Job], cap: int, now: float, config: RobustConfig) -> l
 
 def _view(job: Job, cap: int, overdue: bool, config: RobustConfig) -> Waiting:
     if job.is_elastic and config.horizon:
-        options = job.options[: max(bisect_right(job.options, cap, key=_UNITS), 1)]
+        high = max(bisect_right(job.options, cap, key=_UNITS), 1)
+        low = min(bisect_left(job.options, min(config.floor, cap), key=_UNITS), high - 1)
+        options = job.options[low:high]
     else:
         duration = job.options[0][1]
         fallback = config.base.fallback_duration

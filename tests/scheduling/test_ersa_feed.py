@@ -15,7 +15,7 @@ from tangram_celery.scheduling import Core, CpuPool, Job, RunningJob, Snapshot, 
 CORES = 8
 
 
-def test_run(submitted: float = 0.0) -> Job:
+def elastic_test_run(submitted: float = 0.0) -> Job:
     t1, p = 20.0, 0.9
     options = tuple((m, t1 * ((1 - p) + p / m)) for m in range(1, CORES + 1))
     return Job("test", "node", options, submitted)
@@ -24,7 +24,7 @@ def test_run(submitted: float = 0.0) -> Job:
 def snapshot(free: int) -> Snapshot:
     busy = [RunningJob(f"exec-{i}", "node", 1, 0.3) for i in range(CORES - free)]
     pool = CpuPool("node", tuple(Core(i) for i in range(free)), CORES)
-    return Snapshot(0.0, (test_run(),), (pool,), tuple(busy))
+    return Snapshot(0.0, (elastic_test_run(),), (pool,), tuple(busy))
 
 
 def test_one_free_core_the_head_test_run_takes_it_although_seven_free_in_0_3_s() -> None:

@@ -202,3 +202,32 @@ def render_grid(rows: Sequence[GridRow]) -> str:
 
 def _target(spread: Spread, target: float) -> str:
     return spread.cell(3, "x") + ("" if spread.mean >= target else " (miss)")
+
+
+SECTION = "coding-sim-grid"
+"""The report section ``--grid --out`` writes (``<out>/bench/coding-sim-grid.md``)."""
+
+
+def headline_table(rows: Sequence[GridRow]) -> list[str]:
+    """The ratios at batch 1280 of the first point (20 s, U(8,24), U(0.5,0.99)) in the report's
+    headline format, so the README's results block can quote them."""
+    row = next(r for r in rows if r.point.batch == 1280)
+    return [
+        "| baseline | metric | ratio: mean (range) of the seeds |",
+        "| --- | --- | --- |",
+        f"| {row.best_fixed} (best fixed DoP) | external time per trajectory | "
+        f"{row.vs_fixed.cell(2, 'x')} |",
+        f"| static | makespan / step time | {row.step_vs_static.cell(2, 'x')} |",
+        f"| static | exec ACT | {row.exec_vs_static.cell(2, 'x')} |",
+    ]
+
+
+def section_text(command: str, setup: str, rows: Sequence[GridRow], summary: str) -> str:
+    """The report section of a grid run."""
+    first = rows[0].point
+    where = (f"batch 1280, cores 1280, reward {first.reward_s:g} s, turns U{first.turns}, "
+             f"parallel U{first.parallel}")
+    return "\n".join([
+        f"## {SECTION}", "", f"Command: `{command}`", "", setup, "",
+        f"### Headline ratios ({where})", "", *headline_table(rows), "",
+        "### The grid", "", render_grid(rows), "", summary, ""])

@@ -29,12 +29,13 @@ from pathlib import Path
 
 from tangram_celery.bench import grid
 from tangram_celery.bench.plan import SWEEPS, Point, workload_at
+from tangram_celery.bench.report import index, write_readme
 from tangram_celery.bench.summary import ALL, summarize
 from tangram_celery.sim.costs import SCHEDULING_ONLY
 from tangram_celery.sim.durations import DEFAULT_DURATIONS, DurationMode, parse_durations
 from tangram_celery.sim.policy import ABLATIONS
 from tangram_celery.sim.systems import simulate
-from tangram_celery.workloads import Workload
+from tangram_celery.workloads import CodingParams, Workload
 
 TANGRAM = "tangram"
 PAPER = "tangram:ersa"
@@ -166,6 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--grid", action="store_true",
                         help="run the robustness grid (see tangram_celery.bench.grid) instead")
     parser.add_argument("--seeds", default="1,2,3", help="grid: comma-separated seeds")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="grid: write the section under OUT/bench and rebuild "
+                             "OUT/results.md and the README's results block (e.g. docs)")
     parser.add_argument("--jobs", type=int, default=1, help="grid: processes to run it in")
     parser.add_argument("--durations", default=DEFAULT_DURATIONS,
                         help="what the policies are told: learned (default), oracle or "
@@ -173,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def grid_main(args: argparse.Namespace) -> int:
+def grid_main(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     """Run the grid and print it."""
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     points = grid.grid_points()
@@ -182,14 +186,27 @@ def grid_main(args: argparse.Namespace) -> int:
     print(file=sys.stderr)
     rows = [grid.grid_row(p, [found[(grid.scaled(p, args.scale), s)] for s in seeds])
             for p in points]
-    print(f"Robustness grid: AI coding, simulated, pure CPU scheduling, {args.durations} "
-          f"durations, seeds {','.join(map(str, seeds))}, scale 1/{args.scale} (batch, cores "
-          f"and node size divided by it): external time per trajectory, mean (range) over "
-          "seeds\n")
-    print(grid.render_grid(rows))
+    setup = (f"Robustness grid: AI coding, simulated, pure CPU scheduling, {args.durations} "
+             f"durations, GRPO groups of {CodingParams().group}, seeds "
+             f"{','.join(map(str, seeds))}, scale 1/{args.scale} (batch, cores and node size "
+             "divided by it): external time per trajectory, mean (range) over seeds.")
     misses = [r.point.label for r in rows if r.vs_fixed.mean < 1.0 or r.exec_vs_static.mean < 1.0]
-    print(f"\n{len(rows) - len(misses)} of {len(rows)} points meet tangram >= best fixed DoP "
-          f"and exec ACT <= static; short: {'; '.join(misses) or 'none'}")
+    summary = (f"{len(rows) - len(misses)} of {len(rows)} points meet tangram >= best fixed "
+               f"DoP and exec ACT <= static; short: {'; '.join(misses) or 'none'}.")
+    print(setup + "\n")
+    print(grid.render_grid(rows))
+    print("\n" + summary)
+    if args.out is not None:
+        command = "tangram bench robustness " + " ".join(sys.argv[1:] if argv is None else argv)
+        folder = args.out / "bench"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{grid.SECTION}.md").write_text(grid.section_text(command, setup, rows,
+                                                                     summary))
+        sections = {path.stem: path.read_text() for path in sorted(folder.glob("*.md"))}
+        (args.out / "results.md").write_text(index(sections))
+        readme = args.out.parent / "README.md"
+        if readme.is_file():
+            write_readme(readme, folder)
     if args.json is not None:
         args.json.write_text(json.dumps([asdict(row) for row in rows], indent=1))
     return 0
@@ -204,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"tangram bench robustness: error: {exc}", file=sys.stderr)
         return 2
     if args.grid:
-        return grid_main(args)
+        return grid_main(args, argv)
     systems = [*SYSTEMS, *(f"tangram:{name}" for name in ABLATIONS if args.ablations)]
     chosen = [(s, p) for s, p in sweep_points(args.scale) if args.sweep in (s, "both")]
     rows = []

@@ -1,0 +1,54 @@
+"""The robustness grid: its points, one small task on the simulator, its rows and table."""
+
+from __future__ import annotations
+
+import pytest
+
+from tangram_celery.bench import grid
+from tangram_celery.bench.grid import FIXED, PAPER, STATIC, TANGRAM, GridPoint, Measured
+from tangram_celery.bench.robustness import main
+
+
+def test_the_grid_has_every_combination() -> None:
+    points = grid.grid_points()
+    assert len(points) == 2 * 2 * 2 * 3 == len(set(points))
+    assert {p.batch for p in points} == {256, 1280, 2048}
+    assert {p.reward_s for p in points} == {20.0, 60.0}
+    params = points[-1].params()
+    assert (params.test_median_s, params.turns, params.parallel_range) == (60.0, (10, 40),
+                                                                          (0.3, 0.9))
+
+
+def test_a_small_task_runs_every_system() -> None:
+    point = grid.scaled(GridPoint(20.0, (8, 24), (0.5, 0.99), 256), 16)
+    measured = grid.run_task((point, 1, 16, "learned", grid.SYSTEMS))
+    assert set(measured) == set(grid.SYSTEMS)
+    assert all(m.external > 0 and m.step > 0 for m in measured.values())
+    assert measured["fixed-dop-4"].dop == (4, 4, 4)
+
+
+def runs(tangram: float, fixed4: float) -> dict[str, Measured]:
+    found = {name: Measured(100.0, 100.0, 1.0, (4, 4, 4)) for name in grid.SYSTEMS}
+    found[TANGRAM] = Measured(tangram, 50.0, 0.5, (2, 3, 8))
+    found[PAPER] = Measured(tangram * 1.1, 60.0, 0.6, (1, 2, 16))
+    found[FIXED[0]] = Measured(fixed4, 80.0, 0.7, (4, 4, 4))
+    found[STATIC] = Measured(90.0, 100.0, 0.5, (4, 4, 4))
+    return found
+
+
+def test_a_row_takes_the_best_fixed_dop_by_its_mean_and_marks_a_miss() -> None:
+    point = GridPoint(20.0, (8, 24), (0.5, 0.99), 1280)
+    row = grid.grid_row(point, [runs(30.0, 27.0), runs(30.0, 33.0), runs(30.0, 27.0)])
+    assert row.best_fixed == FIXED[0] and row.fixed.mean == pytest.approx(29.0)
+    assert (row.vs_fixed.low, row.vs_fixed.high) == (pytest.approx(0.9), pytest.approx(1.1))
+    assert row.step_vs_static.mean == pytest.approx(2.0)
+    table = grid.render_grid([row])
+    assert "0.967x (0.900-1.100) (miss)" in table and "2/3/8" in table
+    section = grid.section_text("tangram bench robustness --grid", "setup", [row], "done")
+    assert "### Headline ratios (batch 1280" in section
+    assert "| external time per trajectory |" in section
+
+
+def test_a_bad_durations_value_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--grid", "--durations", "exact"]) == 2
+    assert "learned, oracle or noisy:SIGMA" in capsys.readouterr().err

@@ -222,11 +222,14 @@ def headline_table(rows: Sequence[GridRow]) -> list[str]:
     ]
 
 
-def section_text(command: str, setup: str, rows: Sequence[GridRow], summary: str) -> str:
-    """The report section of a grid run."""
+def section_text(command: str, setup: str, rows: Sequence[GridRow], summary: str,
+                 scale: int = 1) -> str:
+    """The report section of a grid run (at 1 / ``scale`` of its sizes)."""
     first = rows[0].point
-    where = (f"batch 1280, cores 1280, reward {first.reward_s:g} s, turns U{first.turns}, "
-             f"parallel U{first.parallel}")
+    size = 1280 // scale
+    shrunk = f" (1/{scale} of 1280 on 1280)" if scale > 1 else ""
+    where = (f"batch {size}, cores {size}{shrunk}, reward {first.reward_s:g} s, "
+             f"turns U{first.turns}, parallel U{first.parallel}")
     return "\n".join([
         f"## {SECTION}", "", f"Command: `{command}`", "", setup, "",
         f"### Headline ratios ({where})", "", *headline_table(rows), "",

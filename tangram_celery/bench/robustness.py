@@ -201,7 +201,7 @@ def grid_main(args: argparse.Namespace, argv: Sequence[str] | None = None) -> in
         folder = args.out / "bench"
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"{grid.SECTION}.md").write_text(grid.section_text(command, setup, rows,
-                                                                     summary))
+                                                                     summary, args.scale))
         sections = {path.stem: path.read_text() for path in sorted(folder.glob("*.md"))}
         (args.out / "results.md").write_text(index(sections))
         readme = args.out.parent / "README.md"

@@ -113,7 +113,8 @@ def test_the_loan_ends_when_the_policy_starts_the_borrower_on_cores_of_its_own()
         Trajectory("c", (ActionSpec("exec", 3.0, 0.5),)),
     ))
     node = Cluster(cpu_nodes=1, cores_per_node=8, numa_per_node=1)
-    built = backends(workload, system("tangram"), node, SCHEDULING_ONLY, 0)
+    built = backends(workload, system("tangram"), node, SCHEDULING_ONLY, 0,
+                     DurationMode("oracle"))
     result = RunResult("tangram", workload.name, {})
     Engine(workload, built).run(result)
     assert violations(workload, result) == []

@@ -51,15 +51,16 @@ def request_for(
     model: DurationModel | None = None,
     allowed: Sequence[int] | None = None,
     key: str | None = None,
+    prior: bool = False,
 ) -> Request:
     """The admission request of an action: allowed unit counts with expected durations.
 
     An action without elasticity may only get its minimum. Durations come from its own T1 and
-    E(m) when given, else from the online model: an elastic action's from what it learned of
-    the signature, of its kind, or a prior (:func:`~tangram_celery.scheduling.learned.
-    learned_options`, so a new signature is tried at several counts), an inelastic one's once
-    the model knows its signature; else they are unknown (the scheduler then admits the action
-    at its minimum). ``allowed`` narrows
+    E(m) when given, else from the online model: with ``prior`` (CPU nodes) an elastic
+    action's from what it learned of the signature, of its kind, or a prior
+    (:func:`~tangram_celery.scheduling.learned.learned_options`, so a new signature is tried at
+    several counts), otherwise once the model knows its signature; else they are unknown (the
+    scheduler then admits the action at its minimum). ``allowed`` narrows
     the unit counts to those the pool can serve (default: the cost vector's, ascending);
     ``key`` replaces the signature in the model's key (see :func:`signature_of`).
     """
@@ -69,7 +70,7 @@ def request_for(
     signature = signature_of(action, key)
     if action.t1 is not None:
         options = tuple((m, action.expected_duration(m)) for m in allowed)
-    elif model is not None and signature[1] and len(allowed) > 1:
+    elif prior and model is not None and signature[1] and len(allowed) > 1:
         options = learned_options(model, signature, allowed)
     elif model is not None and signature[1] and model.known(signature):
         options = model.options(signature, allowed)

@@ -120,7 +120,7 @@ class CpuNode:
         timings = Timings(received=received)
         result = ActionResult(action.id, action.trajectory_id, action.kind, "error",
                               node=self.name, timings=timings)
-        request = request_for(action, received, self.model)
+        request = request_for(action, received, self.model, prior=True)
         cores, borrowed = self._admit(action, request)
         timings.admitted = time.time()
         timings.sched_s = self.admission.decision_s(action.id)

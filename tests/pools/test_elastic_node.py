@@ -91,3 +91,14 @@ def test_fixed_minimum_policy_gives_one_core(
         client.end_trajectory("f0")
     assert result.ok and len(result.units) == 1
     assert check_audit(registry, "fx-a", 4) == 1
+
+
+def test_a_node_tries_a_new_signature_at_several_counts() -> None:
+    model = DurationModel()
+    assert all(d is None for _, d in request_for(action(elasticity="linear"), 0.0,
+                                                  model).options)
+    fresh = request_for(action(elasticity="linear"), 0.0, model, prior=True)
+    assert all(d is not None for _, d in fresh.options)
+    assert fresh.options[0][1] > fresh.options[-1][1]
+    inelastic = request_for(action(), 0.0, model, prior=True)
+    assert inelastic.options == ((1, None),)

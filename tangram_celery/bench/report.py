@@ -91,7 +91,8 @@ def index(sections: dict[str, str]) -> str:
 
 README_BEGIN = "<!-- results:begin -->"
 README_END = "<!-- results:end -->"
-README_METRICS = ("external time per trajectory", "exec ACT", "reward ACT (test run / reward call)")
+README_METRICS = ("external time per trajectory", "exec ACT", "reward ACT (test run / reward call)",
+                  "GPUs for equal mean ACT", "model restores")
 _PLOT = re.compile(r"^!\[(?P<caption>[^\]]*)\]\((?P<path>[^)]+)\)$")
 
 

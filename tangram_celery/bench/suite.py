@@ -7,6 +7,7 @@
     tangram bench trace --trace mine.jsonl --mode sim
     tangram bench robustness [--scale 4] [--ablations]   (see bench.robustness)
     tangram bench gateway [--clients 1,8,32]   (verl-style load; see bench.gateway)
+    tangram bench mopd-parity [--seeds 1,2,3]   (GPUs for equal ACT, see bench.mopd_parity)
 
 Workloads: ``coding``, ``mopd``, ``deepsearch`` (seeded generators) or ``trace`` (a JSON Lines
 file, see :mod:`tangram_celery.workloads.trace`). Systems: see
@@ -97,6 +98,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tangram_celery.bench.gateway import main as gateway_main
 
         return gateway_main(given[1:])
+
+    if given[:1] == ["mopd-parity"]:
+        from tangram_celery.bench.mopd_parity import main as parity_main
+
+        return parity_main(given[1:])
     args = build_parser().parse_args(given)
     command = "tangram bench " + " ".join(given)
     try:

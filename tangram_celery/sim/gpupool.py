@@ -14,18 +14,23 @@ chunk is restored again.
 The policy sees the residents, each service's memory and restore time per chunk size, and the
 GPU ids and service of every running action, so a service-aware policy
 (:mod:`tangram_celery.scheduling.replicas`, tangram's default on GPUs) can plan with them; the
-paper's allocator ignores them.
+paper's allocator ignores them. A cache-aware pooled baseline (``cache_aware``) keeps its
+policy's decisions (who starts, on how many GPUs) and moves each start onto a free chunk where
+its service is resident, when one is (:func:`cache_aware_chunks`), as a GPU manager that
+prefers a chunk already holding the service would.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 
 from tangram_celery.scheduling import GpuPool, Pool, RunningJob, Start
-from tangram_celery.scheduling.replicas import ReplicaConfig, ReplicaPolicy
+from tangram_celery.scheduling.affinity import AffinityPolicy
+from tangram_celery.scheduling.replicas import ReplicaConfig, ReplicaPolicy, aligned_chunks
 from tangram_celery.scheduling.residency import Resident, plan_placement, service_name
+from tangram_celery.scheduling.topology import free_chunks
 from tangram_celery.scheduling.types import Service
 from tangram_celery.sim.cluster import Cluster
 from tangram_celery.sim.costs import Costs
@@ -54,8 +59,13 @@ GPU_ABLATIONS: dict[str, ReplicaConfig] = {
 }
 """The service-aware scheduler with one idea switched off, to measure what each brings."""
 
+CACHE_AWARE_POLICY = "affinity"
+"""The GPU policy of the cache-aware pooled baselines (:mod:`tangram_celery.scheduling.affinity`:
+the paper's allocator, resident first, with a delay bounded by the restore time)."""
+
 GPU_POLICIES: dict[str, PolicyFactory] = {
     "replicas": ReplicaPolicy,
+    CACHE_AWARE_POLICY: AffinityPolicy,
     **{name: partial(ReplicaPolicy, config) for name, config in GPU_ABLATIONS.items()},
 }
 """Policies only GPU pools run (the service-aware scheduler and its ablations); run one as
@@ -67,12 +77,52 @@ def gpu_policy_factory(name: str) -> PolicyFactory:
     return GPU_POLICIES.get(name) or policy_factory(name)
 
 
+def cache_aware_chunks(requests: Sequence[tuple[str, Chunk]], free: Sequence[int],
+                       total: int, node_size: int,
+                       residents: Mapping[str, Resident]) -> list[Chunk]:
+    """Chunks for ``requests`` ((service, the policy's chunk) each) of the same sizes, placed
+    largest first: a free chunk where the service is resident (the most recently used), else
+    the policy's chunk while it is free, else the best-fit free chunk. Placing aligned
+    power-of-two chunks largest first on any free aligned chunk leaves as many chunks of every
+    smaller size as best fit does, so whatever fitted still fits."""
+    available = set(free)
+    placed: dict[int, Chunk] = {}
+    for index in sorted(range(len(requests)), key=lambda i: -len(requests[i][1])):
+        service, chunk = requests[index]
+        size = len(chunk)
+        fitting = [c for c in aligned_chunks(total, size) if available.issuperset(c)]
+        resident = [(residents[name].last_used, c) for c in fitting
+                    if (name := service_name(service, c)) in residents]
+        if resident:
+            choice = max(resident)[1]
+        elif chunk in fitting:
+            choice = chunk
+        else:
+            choice = _best_fit(available, total, node_size, size)
+        available -= set(choice)
+        placed[index] = choice
+    return [placed[i] for i in range(len(requests))]
+
+
+def _best_fit(available: set[int], total: int, node_size: int, size: int) -> Chunk:
+    pool = GpuPool("fit", tuple(sorted(available)), total, node_size)
+    spans = [(span, start) for start, span in free_chunks(pool) if span >= size]
+    if not spans:
+        raise ValueError(f"no free aligned chunk of {size} GPUs is left")
+    _, start = min(spans)
+    return tuple(range(start, start + size))
+
+
 class Residency:
-    """Which services are loaded where; says when a start needs a restore."""
+    """Which services are loaded where; says when a start needs a restore. With
+    ``cache_aware`` it also moves starts onto chunks holding their service
+    (:func:`cache_aware_chunks`)."""
 
     def __init__(self, workload: Workload, cluster: Cluster,
-                 running: Callable[[], Iterable[RunningJob]] = tuple) -> None:
+                 running: Callable[[], Iterable[RunningJob]] = tuple,
+                 cache_aware: bool = False) -> None:
         self.running = running
+        self.cache_aware = cache_aware
         self.services = {service.name: service for service in workload.services}
         self.cluster = cluster
         self.memory_mb = int(cluster.gpu_memory_gb * 1000)
@@ -82,15 +132,19 @@ class Residency:
 
     def place(self, starts: Sequence[tuple[Start, ActionSpec]],
               free: Sequence[int]) -> list[tuple[Chunk, float]]:
-        """Each start on the policy's chunk, with its restore time (0: resident). A service
-        that is running (in an action, or a start placed before in this decision) is never
-        unloaded."""
-        del free
+        """Each start on its chunk (the policy's, or the cache-aware one), with its restore
+        time (0: resident). A service that is running (in an action, or a start placed
+        before in this decision) is never unloaded."""
+        chunks = [start.units for start, _ in starts]
+        if self.cache_aware:
+            chunks = cache_aware_chunks([(spec.service, start.units) for start, spec in starts],
+                                        free, self.cluster.gpus, self.cluster.gpus_per_node,
+                                        self.residents)
         running = {service_name(r.service, r.ids) for r in self.running() if r.ids}
         placed = []
-        for start, spec in starts:
-            placed.append((start.units, self._load(spec, start.units, frozenset(running))))
-            running.add(service_name(spec.service, start.units))
+        for (_, spec), chunk in zip(starts, chunks, strict=True):
+            placed.append((chunk, self._load(spec, chunk, frozenset(running))))
+            running.add(service_name(spec.service, chunk))
         return placed
 
     def _load(self, spec: ActionSpec, chunk: Chunk, pinned: frozenset[str]) -> float:
@@ -117,9 +171,9 @@ class GpuPooled(PooledBackend):
     resource = "gpu"
 
     def __init__(self, workload: Workload, cluster: Cluster, shape: Shape,
-                 policy: PolicyFactory, costs: Costs) -> None:
+                 policy: PolicyFactory, costs: Costs, cache_aware: bool = False) -> None:
         total, size = cluster.gpus, cluster.gpus_per_node
-        self.residency = Residency(workload, cluster)
+        self.residency = Residency(workload, cluster, cache_aware=cache_aware)
         services = services_of(workload, cluster)
         memory = self.residency.memory_mb
 

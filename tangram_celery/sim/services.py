@@ -1,10 +1,14 @@
 """Static GPU services: each reward model owns a fixed set of GPUs at a fixed parallelism.
 
-The strongest honest static layout: every service runs replicas at its smallest parallelism
-(the most throughput per GPU when E(m) < 1), and the GPUs are split in proportion to each
-service's total demand over the whole workload (GPU-seconds at that parallelism; an oracle
-that real operators only approximate), at least one replica each. Replicas are always
-resident (no restore); each serves one request at a time from its service's FCFS queue.
+Two layouts. The default (``static``) is the strongest honest one: every service runs
+replicas at its smallest parallelism (the most throughput per GPU when E(m) < 1), and the GPUs
+are split in proportion to each service's total demand over the whole workload (GPU-seconds at
+that parallelism; an oracle that real operators only approximate), at least one replica each.
+The paper's baseline (``static-tp<k>``, ``tp=k``): one replica per teacher at tensor
+parallelism k (a teacher that cannot run at k runs at its smallest allowed parallelism above
+k, else its largest), on as many GPUs as that takes, whatever the cluster holds beyond them.
+Replicas are always resident (no restore); each serves one request at a time from its
+service's FCFS queue.
 """
 
 from __future__ import annotations
@@ -45,10 +49,30 @@ def replica_counts(workload: Workload, gpus: int) -> dict[str, int]:
         used += size[name]
 
 
-def replica_chunks(workload: Workload, cluster: Cluster) -> dict[str, list[Chunk]]:
-    """Concrete aligned chunks of every replica (largest first, buddy best fit)."""
-    counts = replica_counts(workload, cluster.gpus)
-    size = {s.name: s.dops[0] for s in workload.services}
+def tp_size(dops: tuple[int, ...], tp: int) -> int:
+    """The parallelism of a teacher's one replica in the paper's layout: ``tp`` if allowed,
+    else the smallest allowed above it, else the largest allowed."""
+    return min((d for d in dops if d >= tp), default=max(dops))
+
+
+def tp_layout(workload: Workload, tp: int) -> tuple[dict[str, int], dict[str, int]]:
+    """(replicas, parallelism) per service of the paper's layout: one replica each at TP."""
+    return ({s.name: 1 for s in workload.services},
+            {s.name: tp_size(s.dops, tp) for s in workload.services})
+
+
+def replica_chunks(workload: Workload, cluster: Cluster,
+                   tp: int | None = None) -> dict[str, list[Chunk]]:
+    """Concrete aligned chunks of every replica (largest first, buddy best fit): the
+    oracle-sized layout, or with ``tp`` the paper's one replica per teacher."""
+    if tp is None:
+        counts = replica_counts(workload, cluster.gpus)
+        size = {s.name: s.dops[0] for s in workload.services}
+    else:
+        counts, size = tp_layout(workload, tp)
+        if sum(size.values()) > cluster.gpus:
+            raise ValueError(f"one TP{tp} replica per teacher needs {sum(size.values())} GPUs; "
+                             f"the cluster has {cluster.gpus}: give it more GPUs")
     requests = [(f"{name}#{r}", size[name]) for name in sorted(counts, key=lambda n: -size[n])
                 for r in range(counts[name])]
     pool = GpuPool("static", tuple(range(cluster.gpus)), cluster.gpus, cluster.gpus_per_node)
@@ -62,11 +86,14 @@ def replica_chunks(workload: Workload, cluster: Cluster) -> dict[str, list[Chunk
 class StaticServices:
     """The GPU backend of the static system."""
 
-    def __init__(self, workload: Workload, cluster: Cluster, costs: Costs) -> None:
+    def __init__(self, workload: Workload, cluster: Cluster, costs: Costs,
+                 tp: int | None = None) -> None:
         del costs
         self.workload = workload
-        self.total = cluster.gpus
-        self.chunks = replica_chunks(workload, cluster)
+        self.tp = tp
+        self.chunks = replica_chunks(workload, cluster, tp)
+        self.total = (cluster.gpus if tp is None
+                      else sum(len(c) for chunks in self.chunks.values() for c in chunks))
         self.idle = {name: deque(chunks) for name, chunks in self.chunks.items()}
         self.queues: dict[str, deque[tuple[Live, float]]] = {n: deque() for n in self.chunks}
         self.timeline: Timeline[tuple[Live, Chunk, float, float]] = Timeline()
@@ -114,7 +141,8 @@ class StaticServices:
                 self.timeline.push(now + spec.duration(len(chunk)), (live, chunk, arrived, now))
 
     def close(self, result: RunResult) -> None:
-        """Allocations; every GPU of the layout is reserved for the whole run."""
+        """Allocations; every GPU of the layout is reserved for the whole run (the capacity
+        is the cluster's, or with ``tp`` the layout's GPUs alone)."""
         result.allocations.extend(self.allocations)
         gpus = sum(len(c) for chunks in self.chunks.values() for c in chunks)
         result.capacity["gpu"] = float(self.total)

@@ -17,7 +17,12 @@
   no cross-worker API quota, so API calls retry on rejection with backoff.
 * ``static``: per-trajectory pods on CPU (:mod:`.pods`), static GPU services (:mod:`.services`),
   direct API calls with retries (:mod:`.quota`). ``static-n4``: the same with the test run
-  using ``pytest -n 4`` inside its 4-core limit.
+  using ``pytest -n 4`` inside its 4-core limit. ``static-tp<k>``: the same with the paper's GPU
+  layout, one TP k replica per teacher, instead of the oracle-sized one.
+* ``fixed-dop-<k>:cache``, ``celery:cache``: the pooled baselines made cache-aware on GPUs, by
+  the classic means and none of tangram's: resident-first FCFS with a delay bounded by the
+  restore time (:mod:`tangram_celery.scheduling.affinity`), and placement on a free chunk
+  where the service is resident (:func:`.gpupool.cache_aware_chunks`).
 """
 
 from __future__ import annotations
@@ -32,7 +37,12 @@ from tangram_celery.sim.cluster import Cluster
 from tangram_celery.sim.costs import Costs
 from tangram_celery.sim.durations import DurationMode, Durations
 from tangram_celery.sim.engine import Backend, Engine, Progress
-from tangram_celery.sim.gpupool import GPU_POLICIES, GpuPooled, gpu_policy_factory
+from tangram_celery.sim.gpupool import (
+    CACHE_AWARE_POLICY,
+    GPU_POLICIES,
+    GpuPooled,
+    gpu_policy_factory,
+)
 from tangram_celery.sim.nodes import CpuNodes
 from tangram_celery.sim.pods import Pods, PodSpec
 from tangram_celery.sim.policy import (
@@ -70,6 +80,8 @@ class System:
     pod: PodSpec = field(default_factory=PodSpec)
     quota: bool = True
     api_bypass_s: float = 0.0
+    tp: int | None = None
+    cache_aware: bool = False
 
 
 def system(name: str, default_policy: str = DEFAULT_POLICY) -> System:
@@ -85,18 +97,24 @@ def system(name: str, default_policy: str = DEFAULT_POLICY) -> System:
         paper = policy == BASELINE_POLICY
         return System(name, True, Elastic(), policy, BASELINE_POLICY if paper else GPU_POLICY,
                       api_bypass_s=0.0 if paper else DEFAULT_BYPASS_S)
-    fixed = re.fullmatch(r"fixed-dop-(\d+)", name)
+    cache = name.endswith(":cache")
+    gpu_baseline = CACHE_AWARE_POLICY if cache else BASELINE_POLICY
+    fixed = re.fullmatch(r"fixed-dop-(\d+)(:cache)?", name)
     if fixed:
         return System(name, True, FixedDop(int(fixed.group(1))), BASELINE_POLICY,
-                      BASELINE_POLICY)
-    if name == "celery":
-        return System(name, True, Minimum(), BASELINE_POLICY, BASELINE_POLICY, quota=False)
+                      gpu_baseline, cache_aware=cache)
+    if name in ("celery", "celery:cache"):
+        return System(name, True, Minimum(), BASELINE_POLICY, gpu_baseline, quota=False,
+                      cache_aware=cache)
     if name == "static":
         return System(name, False)
     if name == "static-n4":
         return System(name, False, pod=PodSpec(test_threads=4))
-    raise ValueError(f"unknown system {name!r}; use tangram[:policy], fixed-dop-<k>, celery, "
-                     "static or static-n4")
+    layout = re.fullmatch(r"static-tp(\d+)", name)
+    if layout and int(layout.group(1)) > 0:
+        return System(name, False, tp=int(layout.group(1)))
+    raise ValueError(f"unknown system {name!r}; use tangram[:policy], fixed-dop-<k>[:cache], "
+                     "celery[:cache], static, static-n4 or static-tp<k>")
 
 
 def backends(workload: Workload, chosen: System, cluster: Cluster, costs: Costs,
@@ -111,7 +129,8 @@ def backends(workload: Workload, chosen: System, cluster: Cluster, costs: Costs,
         gpu = gpu_policy_factory(chosen.gpu_policy)
         makers: dict[str, Callable[[], Backend]] = {
             "cpu": lambda: CpuNodes(workload, cluster, chosen.shape, factory, costs, seen),
-            "gpu": lambda: GpuPooled(workload, cluster, chosen.shape, gpu, costs),
+            "gpu": lambda: GpuPooled(workload, cluster, chosen.shape, gpu, costs,
+                                     chosen.cache_aware),
             "api": lambda: (ApiQuota(workload, cluster, costs, chosen.api_bypass_s)
                             if chosen.quota else
                             ApiDirect(workload, cluster, costs, seed, costs.dispatch_s)),
@@ -119,7 +138,7 @@ def backends(workload: Workload, chosen: System, cluster: Cluster, costs: Costs,
     else:
         makers = {
             "cpu": lambda: Pods(workload, cluster, costs, chosen.pod),
-            "gpu": lambda: StaticServices(workload, cluster, costs),
+            "gpu": lambda: StaticServices(workload, cluster, costs, chosen.tp),
             "api": lambda: ApiDirect(workload, cluster, costs, seed),
         }
     for pool in ("cpu", "gpu", "api"):

@@ -175,7 +175,8 @@ class Job:
     """Whether every option's duration is known (derived)."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "known", all(d is not None for _, d in self.options))
+        fields = vars(self)
+        known = fields["known"] = all(d is not None for _, d in self.options)
         if not self.options:
             raise ValueError(f"job {self.job_id!r}: give at least one allowed unit count")
         units = [count for count, _ in self.options]
@@ -183,6 +184,8 @@ class Job:
             raise ValueError(f"job {self.job_id!r}: unit counts must be positive and ascending")
         if any(d is not None and not d > 0 for _, d in self.options):
             raise ValueError(f"job {self.job_id!r}: durations must be positive (or None)")
+        fields["is_elastic"] = self.elastic and known and len(units) > 1
+        fields["runs"] = units[-1] - units[0] == len(units) - 1
 
     @property
     def minimum(self) -> int:
@@ -191,7 +194,8 @@ class Job:
 
     @derived
     def is_elastic(self) -> bool:
-        """Whether the scheduler may give this job more than its minimum (derived, cached)."""
+        """Whether the scheduler may give this job more than its minimum (derived; set on
+        construction, from the unit counts it checks, so no decision pays for it)."""
         return self.elastic and self.known and len(self.options) > 1
 
     @derived
@@ -212,7 +216,7 @@ class Job:
 
     @derived
     def runs(self) -> bool:
-        """Whether the unit counts are consecutive (cached)."""
+        """Whether the unit counts are consecutive (derived; set on construction)."""
         return self.options[-1][0] - self.options[0][0] == len(self.options) - 1
 
     @derived

@@ -168,9 +168,9 @@ def parity_section(name: str, command: str, setup: str, runs: Sequence[Run], top
              *(f"- {LABELS.get(s, s)}" for s in statics), "",
              *verdicts(runs), "",
              f"### Headline ratios (gpus {top}, seeds {seeds})", "",
+             *headline(runs, top, statics, pooled), "",
              "Ratios are baseline / tangram on the same seed, tangram on "
              f"{top} GPUs (> 1: tangram is faster).", "",
-             *headline(runs, top, statics, pooled), "",
              "### Systems side by side (mean over seeds, min-max)", "",
              *systems_table(runs, top), "",
              "### GPUs for equal mean ACT, per seed", "",

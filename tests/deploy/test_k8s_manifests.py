@@ -35,7 +35,7 @@ from tangram_celery.cli import build_parser
 from tangram_celery.settings import PREFIX, Settings
 from tangram_celery.stack.broker import server_argv
 
-PENDING = {"gateway.yaml": "added to resources by the lead once `tangram gateway` is on main"}
+PENDING: dict[str, str] = {}
 """Manifest files not yet in the kustomization's resources, and why."""
 SETTINGS = {PREFIX + f.name.upper() for f in fields(Settings)}
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import time
 
 import pytest
+from conftest import CpuWorkers
 
 from tangram_celery.client import TangramClient, command_action
 from tangram_celery.errors import NoCapacityError
 from tangram_celery.pools.registry import Registry
 from tangram_celery.settings import Settings
-from tests.conftest import CpuWorkers
 
 NODE_MB = 8192
 """What ``tangram worker cpu`` offers by default: 16 trajectories of the default 512 MB."""

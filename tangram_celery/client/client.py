@@ -112,9 +112,14 @@ class ActionHandle:
 
 
 class TangramClient:
-    """Submits validated actions to the right queue and collects their results."""
+    """Submits validated actions to the right queue and collects their results.
 
-    def __init__(self, settings: Settings, app: Celery | None = None) -> None:
+    A new trajectory that no node has the memory for waits up to its action's timeout, or
+    ``memory_wait_s`` when that is longer (a server that queues requests passes its own budget).
+    """
+
+    def __init__(self, settings: Settings, app: Celery | None = None,
+                 memory_wait_s: float = 0.0) -> None:
         self.settings = settings
         self.app = app or make_app(settings)
         self._redis = redis.Redis.from_url(settings.redis_url)
@@ -129,7 +134,7 @@ class TangramClient:
                                     fallback=self._ledger_records,
                                     on_sweep=self._in_flight.audit)
         self._waitlist = Waitlist(self._router, self._ledger, self._send,
-                                  settings.default_timeout_s)
+                                  settings.default_timeout_s, memory_wait_s)
         self._limits = action_limits(settings)
         self._reached = False
 

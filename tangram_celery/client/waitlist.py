@@ -52,8 +52,9 @@ class Waitlist:
     """The parked trajectories of one client (thread-safe) and the thread that places them."""
 
     def __init__(self, router: Router, ledger: Ledger, publish: Publish,
-                 default_timeout_s: float) -> None:
+                 default_timeout_s: float, least_wait_s: float = 0.0) -> None:
         self._router = router
+        self._least_wait_s = least_wait_s
         self._ledger = ledger
         self._publish = publish
         self._default_timeout_s = default_timeout_s
@@ -72,7 +73,7 @@ class Waitlist:
         """Hold ``action`` until its trajectory is placed, or its timeout (``wait`` None: behind
         the trajectory's actions parked already)."""
         wait = wait or self._router.memory_wait(action)
-        deadline = submitted + (action.timeout_s or self._default_timeout_s)
+        deadline = submitted + max(action.timeout_s or self._default_timeout_s, self._least_wait_s)
         with self._lock:
             entry = self._parked.setdefault(action.trajectory_id, Parked(wait, submitted))
             entry.actions.append((action, deadline))

@@ -85,7 +85,7 @@ class Gateway:
 
     def start(self) -> None:
         """Bind, serve and start publishing; raises ``OSError`` when the port is taken."""
-        self.client = TangramClient(self.settings)
+        self.client = TangramClient(self.settings, memory_wait_s=self.settings.gateway_wait_s)
         self.service = RunCodeService(self.settings, self.client, self.languages)
         try:
             self.server = GatewayHTTPServer((self.address, self.port), self.service,

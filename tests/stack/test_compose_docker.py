@@ -20,6 +20,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import docker
 import docker_engine
@@ -135,6 +136,17 @@ def wait_healthy_stack(project: ComposeProject, timeout: float = 240.0) -> None:
         client.close()
 
 
+def wait_health(container: Any, timeout: float = 120.0) -> str:
+    """The container's health once its healthcheck has decided (or ``timeout`` passed)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        container.reload()
+        health: str = container.attrs["State"]["Health"]["Status"]
+        if health != "starting" or time.monotonic() > deadline:
+            return health
+        time.sleep(1.0)
+
+
 def test_compose_stack_builds_comes_up_and_serves_a_mixed_batch_from_the_host(
     engine: docker_engine.Engine, tmp_path: Path,
 ) -> None:
@@ -157,9 +169,7 @@ def test_compose_stack_builds_comes_up_and_serves_a_mixed_batch_from_the_host(
                       for c in project_containers(client, project.name)}
         assert {"redis", "triton", "flower", "cpu-node", "gpu-pool"} <= set(containers)
         for name in ("redis", "triton", "gateway"):
-            containers[name].reload()  # type: ignore[attr-defined]
-            health = containers[name].attrs["State"]["Health"]["Status"]  # type: ignore[attr-defined]
-            assert health == "healthy", name
+            assert wait_health(containers[name]) == "healthy", name
         hosts = {containers["cpu-node"].attrs["Config"]["Hostname"]}  # type: ignore[attr-defined]
 
         started = time.monotonic()

@@ -128,6 +128,21 @@ class MemoryTickets:
         rank, count = pipe.execute()
         return int(count if rank is None else rank)
 
+    def in_line_order(self, trajectory_ids: Iterable[str]) -> list[str]:
+        """``trajectory_ids`` in the shared line's order (its ticket numbers, handed out by one
+        counter); those holding no ticket (dropped, or never queued) come last, as given."""
+        waiting = list(trajectory_ids)
+        if not waiting:
+            return []
+        pipe = self._redis.pipeline()
+        for trajectory_id in waiting:
+            pipe.zscore(keys.MEMORY_TICKETS, trajectory_id)
+        places = pipe.execute()
+        unticketed = float("inf")
+        return [t for _, t in sorted(
+            ((unticketed if place is None else float(place), index), t)
+            for index, (t, place) in enumerate(zip(waiting, places, strict=True)))]
+
     def place(self, trajectory_id: str, node: str | None, memory_mb: float,
               action_ids: Sequence[str]) -> Placement:
         """Pin the trajectory to ``node`` if it is first in line and the node has the memory,

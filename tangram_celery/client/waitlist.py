@@ -3,8 +3,9 @@
 :meth:`TangramClient.submit` does not block when a new trajectory's route is a
 :class:`~tangram_celery.client.routing.MemoryWait`: it parks the action here and returns its
 handle; the handle's result waits. While anything is parked, a thread renews this client's tickets
-in the shared line (:mod:`tangram_celery.client.tickets`) and, every ``POLL_S``, routes its oldest
-parked trajectory again: once it is first in line and a node has the memory, it is pinned and its
+in the shared line (:mod:`tangram_celery.client.tickets`) and, every ``POLL_S``, routes its parked
+trajectories again in the line's order (ticket numbers, not this client's clock, as
+threads submit at once): once it is first in line and a node has the memory, it is pinned and its
 parked actions are published in order, then the next one is tried. An action still parked at its
 timeout (``timeout_s``, else ``TANGRAM_DEFAULT_TIMEOUT_S``, from its submission) is answered
 ``no_capacity`` with the memory it asked for and what the pool has; one the pool can no longer
@@ -123,12 +124,15 @@ class Waitlist:
             self._wake.clear()
 
     def _tick(self, now: float) -> None:
+        """Renew, expire, then place in the shared line's order until one cannot be placed:
+        whoever is first of this client's trajectories in that line either is its head and
+        does not fit, or waits behind another client's, and so do the ones after it."""
         with self._lock:
-            order = sorted(self._parked, key=lambda t: self._parked[t].since)
-        self._router.tickets.renew(order)
-        for trajectory_id in order:
+            parked = list(self._parked)
+        self._router.tickets.renew(parked)
+        for trajectory_id in parked:
             self._expire(trajectory_id, now)
-        for trajectory_id in order:
+        for trajectory_id in self._router.tickets.in_line_order(parked):
             if not self._try_place(trajectory_id):
                 return
 

@@ -121,6 +121,33 @@ def test_a_live_client_keeps_its_place_by_renewing(registry: Registry, fresh: An
     assert other.dropped == []
 
 
+def test_parked_trajectories_are_placed_in_the_lines_order_not_their_stamps(
+    registry: Registry, fresh: Any, redis_client: redis.Redis, settings: Settings,
+) -> None:
+    registry.register_node("a", cores=2, memory_mb=1000)
+    router = fresh()
+    assert router.route(cpu_action("hog", 900)).node == "a"
+    first, second = cpu_action("first", 400), cpu_action("second", 400)
+    waits = [router.route(first).wait, router.route(second).wait]
+    assert [w.ahead if w else None for w in waits] == [0, 1]
+    assert router.tickets.in_line_order(["second", "gone", "first"]) == [
+        "first", "second", "gone"]
+    published: list[str] = []
+    waitlist = Waitlist(router, Ledger(redis_client, settings.result_ttl_s),
+                        lambda action, queue: published.append(action.trajectory_id), 60.0)
+    now = time.time()
+    waitlist.park(first, waits[0], now)
+    waitlist.park(second, waits[1], now - 5.0)
+    registry.unpin("hog")
+    registry.heartbeat("a", 2)
+    deadline = time.monotonic() + 10
+    while len(published) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    waitlist.close()
+    assert published == ["first", "second"], "the second in line stamped earlier blocked both"
+    assert redis_client.zcard(keys.MEMORY_TICKETS) == 0
+
+
 def test_a_parked_action_times_out_or_is_cancelled_with_an_answer(
     settings: Settings, registry: Registry,
 ) -> None:

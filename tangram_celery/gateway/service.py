@@ -8,8 +8,9 @@ trajectory, ended in the background once its response is ready, unless it names 
 (``X-Tangram-Trajectory``): a named trajectory keeps its files until
 ``DELETE /v1/trajectories/NAME`` or until it has been idle for
 ``TANGRAM_GATEWAY_TRAJECTORY_IDLE_S``. A busy pool makes requests wait (the node queues them; while
-no node has memory for another trajectory, they wait in the gateway's line,
-:mod:`~tangram_celery.gateway.line`, first come first served); it never refuses them.
+no node has memory for another trajectory, the client parks them in the shared memory line, first
+come first served, for up to ``TANGRAM_GATEWAY_WAIT_S``); it never refuses them. A request whose
+trajectory no node could ever hold is answered ``SandboxError`` at once.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import redis
 from kombu.exceptions import OperationalError
 
 from tangram_celery.action import Action, ActionResult
-from tangram_celery.client import ActionHandle, TangramClient
+from tangram_celery.client import TangramClient
 from tangram_celery.errors import (
     ActionFailed,
     ActionTimeout,
@@ -37,7 +38,6 @@ from tangram_celery.errors import (
     ValidationError,
 )
 from tangram_celery.gateway.languages import LANGUAGES, unsupported
-from tangram_celery.gateway.line import CapacityLine
 from tangram_celery.gateway.protocol import (
     ERROR,
     FINISHED,
@@ -93,7 +93,6 @@ class RunCodeService:
         self._lock = threading.Lock()
         self._kept: dict[str, float] = {}
         self._broker_turns = threading.BoundedSemaphore(BROKER_CALLS)
-        self._line = CapacityLine(clock)
         self._enders = ThreadPoolExecutor(2, thread_name_prefix="tangram-gateway-end")
         self.served = 0
         self.in_flight = 0
@@ -178,13 +177,10 @@ class RunCodeService:
             return sandbox_error(f"tangram could not reach its broker: {exc}")
 
     def _result(self, action: Action, deadline: float) -> ActionResult:
-        """Submit one action (waiting while no node has room for its trajectory) and wait for
-        its result until ``deadline``."""
-        def submit() -> ActionHandle:
-            with self._broker_turns:
-                return self.client.submit(action)
-
-        handle = self._line.attempt(submit, deadline)
+        """Submit one action (parked by the client while no node has room for its trajectory)
+        and wait for its result until ``deadline``."""
+        with self._broker_turns:
+            handle = self.client.submit(action)
         return handle.result(max(deadline - self._clock(), 1.0))
 
     def _end(self, trajectory_id: str) -> None:

@@ -3,13 +3,19 @@ parallelism, one executor per trajectory across its actions, and the ready sandb
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
 import time
 from pathlib import Path
 
+import pytest
 from test_sandbox_attacks import Run
 
 from tangram_celery.sandbox import ExecSpec, SandboxLimits, rewrite_parallelism
 from tangram_celery.sandbox.bwrap import BwrapBackend
+from tangram_celery.sandbox.bwrap import action as bwrap_action
+from tangram_celery.sandbox.bwrap.warm import child_pid
 
 
 def _python(run: Run, code: str, **kw: object) -> tuple[int | None, str, str]:
@@ -82,3 +88,24 @@ def test_ready_sandboxes_serve_first_actions_and_are_never_shared(
         assert backend._ready.count() == 2, "the ready sandboxes were not refilled"
         third = backend.run(ExecSpec("r3", "ls -A", {}, 20.0, (0,)))
         assert third.stdout == ""
+
+
+def test_a_child_gone_before_it_was_placed_is_started_again_once(
+        run: Run, backend: BwrapBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert backend.cgroups is not None, "the node needs its cgroups to place an action's child"
+    killed: list[int] = []
+
+    def vanishing(control: socket.socket, deadline: float) -> int | None:
+        pid = child_pid(control, deadline)
+        if pid is not None and not killed:
+            killed.append(pid)
+            os.kill(pid, signal.SIGKILL)
+            while Path(f"/proc/{pid}").exists():
+                time.sleep(0.005)
+        return pid
+
+    monkeypatch.setattr(bwrap_action, "child_pid", vanishing)
+    out = run("echo ran >> runs.txt; cat runs.txt")
+    assert killed, "the fault was never injected"
+    assert (out.exit_code, out.stdout) == (0, "ran\n"), "the vanished child ran, or twice"
+    assert run("echo next").stdout == "next\n"

@@ -12,6 +12,8 @@ the trajectory runs, everything in the sandbox but the executor).
 from __future__ import annotations
 
 import contextlib
+import errno
+import logging
 import os
 import signal
 import socket
@@ -37,8 +39,11 @@ from tangram_celery.sandbox.output import CappedBuffer, pump
 from tangram_celery.sandbox.validation import sandbox_env
 from tangram_celery.sandbox.workdir import dir_usage
 
+log = logging.getLogger(__name__)
 SH = "/bin/sh"
 PLACE_TIMEOUT_S = 10.0
+LAUNCH_TRIES = 2
+"""Launches of one action when its child is gone before it was placed (it ran nothing)."""
 EXIT_GRACE_S = 5.0
 
 
@@ -126,8 +131,8 @@ class ActionRunner:
         stdin_data = spec.stdin.encode("utf-8", "surrogateescape") if spec.stdin else None
         started_at = time.time()
         deadline = time.monotonic() + spec.timeout_s
-        streams, action, ready = self._launch(spec, executor, group, stdin_data is not None,
-                                              deadline)
+        streams, action, ready = self._launch_placed(spec, traj, executor, group,
+                                                     stdin_data is not None, deadline)
         try:
             finished = pump(cast(subprocess.Popen[bytes], streams), {1: stdout, 2: stderr},
                             stdin_data, deadline)
@@ -157,6 +162,25 @@ class ActionRunner:
             workdir_bytes=usage, workdir_exceeded=exceeded,
         )
 
+    def _launch_placed(self, spec: ExecSpec, traj: Trajectory, executor: WarmExecutor,
+                       group: ActionCgroup | None, stdin_wanted: bool, deadline: float
+                       ) -> tuple[_Streams, int, float]:
+        """:meth:`_launch`, again when the child vanished before it was placed: it was still
+        waiting for its go and ran none of the action, so a new child is safe (on the
+        trajectory's executor, a fresh one if that died)."""
+        for attempt in range(1, LAUNCH_TRIES + 1):
+            try:
+                return self._launch(spec, executor, group, stdin_wanted, deadline)
+            except _ChildGone as gone:
+                if attempt == LAUNCH_TRIES:
+                    raise SandboxSetupError(f"cannot move the action into its cgroups: {gone} "
+                                            f"({attempt} tries)") from gone
+                log.warning("trajectory %s: the action's child was gone before it was placed "
+                            "(%s; executor alive: %s); starting it again", traj.trajectory_id,
+                            gone, executor.alive())
+                executor = self.executor(traj)
+        raise AssertionError("unreachable")
+
     def _launch(self, spec: ExecSpec, executor: WarmExecutor, group: ActionCgroup | None,
                 stdin_wanted: bool, deadline: float) -> tuple[_Streams, int, float]:
         """Hand the action to the executor, place its child in the cgroups, let it go."""
@@ -177,6 +201,11 @@ class ActionRunner:
             child_end.close()
         try:
             self._place(control, group, min(deadline, time.monotonic() + PLACE_TIMEOUT_S))
+        except _ChildGone:
+            streams.close()
+            executor.kill(action)
+            executor.wait(action, EXIT_GRACE_S)
+            raise
         except BaseException:
             streams.close()
             executor.kill(action)
@@ -209,6 +238,8 @@ class ActionRunner:
                     with open(procs, "w") as fh:
                         fh.write(str(pid))
             except OSError as exc:
+                if exc.errno == errno.ESRCH:
+                    raise _ChildGone(str(exc)) from exc
                 raise SandboxSetupError(f"cannot move the action into its cgroups: {exc}") \
                     from exc
         control.sendall(b"g")
@@ -227,6 +258,10 @@ class ActionRunner:
             with self._lock:
                 traj.exceeded = True
         return usage, exceeded
+
+
+class _ChildGone(Exception):
+    """The action's child exited before it was placed in its cgroups (it ran nothing)."""
 
 
 def _killer(group: ActionCgroup | None) -> Callable[[], None] | None:

@@ -142,7 +142,9 @@ def wait_until(condition: object, timeout: float) -> None:
 
 def trajectory_actions(tid: str) -> list[Action]:
     """A code action that leaves a file in the trajectory's environment, a test run that
-    reads it, and a reward for the trajectory's answer."""
+    reads it, and a reward for the trajectory's answer. A node runs the actions it holds as
+    cores allow, so the test run is submitted once the code action has answered (as an agent
+    would), not beside it."""
     tests = f"def test_secret():\n    assert open('secret.txt').read() == '{tid}'\n"
     return [
         code_action(tid, f"open('secret.txt', 'w').write('{tid}')\nprint('{tid}')"),
@@ -183,8 +185,9 @@ def per_node(results: list[ActionResult]) -> dict[str, int]:
 def run_batch_on_every_host(cluster: Cluster, client: TangramClient, raw: redis.Redis,
                             gpu_node: str) -> list[ActionResult]:
     tids = [f"mh-{i}" for i in range(6)]
-    actions = [a for tid in tids for a in trajectory_actions(tid)]
-    results = client.run_batch(actions, timeout=300)
+    steps = [trajectory_actions(tid) for tid in tids]
+    results = client.run_batch([first for first, *_ in steps], timeout=300)
+    results += client.run_batch([a for _, *rest in steps for a in rest], timeout=300)
     hosts = {"host-b": "b", "host-c": "c", gpu_node: "d"}
     for result in results:
         assert result.ok, (result.action_id, result.status, result.error, result.output)

@@ -92,12 +92,13 @@ def recent_act(records: Iterable[ActRecord], pool: str, since: float) -> RecentA
 
 def cpu_load(
     inventory: Inventory, ready: Work, unacked: Work, recent: RecentAct, size: int,
-    member_units: int, since_scale_s: float,
+    member_units: int, since_scale_s: float, member_memory_mb: float = 0.0,
 ) -> PoolLoad:
     """The CPU pool's :class:`PoolLoad` from one tick's readings.
 
     Running units are the allocated cores of live nodes; prefetched messages are the unacked ones
     beyond one per allocated core (exact for single-core actions, an upper bound otherwise).
+    Memory is what live nodes have reserved plus what the memory line asks for.
     """
     live = [n for n in inventory.nodes if n.alive]
     running_units = sum(max(n.cores - n.free_cores, 0) for n in live)
@@ -111,6 +112,8 @@ def cpu_load(
         running_units=running_units, predicted_work_s=waiting.seconds,
         unknown=waiting.unknown, recent_queue_s=recent.queue_s, recent_exec_s=recent.exec_s,
         since_scale_s=since_scale_s,
+        memory_mb=sum(n.reserved_mb for n in live) + inventory.memory_line.memory_mb,
+        memory_waiting=inventory.memory_line.waiting, member_memory_mb=member_memory_mb,
     )
 
 
@@ -165,7 +168,8 @@ class Controller:
         recent = recent_act(self._recent_records(), "cpu", now - ACT_WINDOW_S)
         since = now - self._last_scale.get(CPU_POOL, float("-inf"))
         size = self.actuator.sizes().get(CPU_POOL, 0)
-        return cpu_load(inventory, ready, unacked, recent, size, self.options.node_cores, since)
+        return cpu_load(inventory, ready, unacked, recent, size, self.options.node_cores, since,
+                        self.options.node_memory_mb)
 
     def _peek(self, queues: Sequence[str]) -> list[bytes]:
         options = celery_config(self._settings)["broker_transport_options"]

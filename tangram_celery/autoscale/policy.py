@@ -40,6 +40,10 @@ class PoolLoad:
     priority sub-list, ``prefetched`` those held by workers but not started. ``predicted_work_s``
     is the expected unit-seconds of the ``ready + prefetched - unknown`` messages with an
     estimate. ``recent_queue_s`` / ``recent_exec_s`` are recent mean ACT parts (0 when none).
+    ``memory_mb`` is what the pool's trajectories hold (reserved on live members) plus what
+    ``memory_waiting`` more trajectories wait for; with ``member_memory_mb`` (one member's
+    memory; 0: not counted) the pool is grown to hold it all (within the budget), and never
+    shrunk below that.
     """
 
     pool: str
@@ -55,6 +59,9 @@ class PoolLoad:
     recent_queue_s: float = 0.0
     recent_exec_s: float = 0.0
     since_scale_s: float = math.inf
+    memory_mb: float = 0.0
+    memory_waiting: int = 0
+    member_memory_mb: float = 0.0
 
     @property
     def queued(self) -> int:
@@ -168,22 +175,34 @@ def members_for(units: float, member_units: int) -> int:
     return max(0, math.ceil(units / max(member_units, 1) - 1e-9))
 
 
+def members_for_memory(load: PoolLoad) -> int:
+    """Members whose memory holds the trajectories' (0 when memory is not counted)."""
+    if load.member_memory_mb <= 0:
+        return 0
+    return max(0, math.ceil(load.memory_mb / load.member_memory_mb - 1e-9))
+
+
 def wish(load: PoolLoad, limits: PoolLimits, config: ScalingConfig) -> _Want:
     """What one pool would like, ignoring the shared budget, with its reason."""
     demand = demand_units(load, config)
+    by_memory = members_for_memory(load)
     floor = max(limits.minimum, members_for(load.running_units, load.member_units))
-    needed = max(members_for(demand, load.member_units), floor)
+    by_units = members_for(demand, load.member_units)
+    needed = max(by_units, floor, by_memory)
     late = load.queued > 0 and load.recent_queue_s > config.queue_slo_s
     if late and needed <= load.size:
         needed, why = load.size + 1, (f"recent queueing {load.recent_queue_s:.2f}s > SLO "
                                       f"{config.queue_slo_s:g}s with {load.queued} queued")
+    elif load.memory_waiting and by_memory > max(by_units, load.size):
+        why = (f"{load.memory_waiting} trajectories wait for memory: {load.memory_mb:g} MB "
+               f"held and asked over {load.member_memory_mb:g} MB per member")
     else:
         why = (f"{load.running_units} units running + {predicted_work(load, config):.2f} "
                f"unit-s queued ({load.queued} msgs) over {config.target_wait_s:g}s")
     if needed > load.size:
         needed = max(needed, math.ceil(load.size * config.min_growth - 1e-9))
         return _Want(load, demand, min(needed, limits.maximum), floor, "grow: " + why)
-    shrink = max(members_for(demand / config.low_water, load.member_units), floor)
+    shrink = max(members_for(demand / config.low_water, load.member_units), floor, by_memory)
     if shrink >= load.size:
         return _Want(load, demand, min(load.size, limits.maximum), floor, "steady: " + why)
     if load.since_scale_s < config.down_hold_s:

@@ -190,6 +190,11 @@ def _notes(data: StatusData) -> list[Text]:
     if not data.inventory.gpu_pools:
         notes.append(f"no GPU pool publishes its inventory in Redis ({keys.GPU_POOLS} is empty): "
                      "GPU units and resident models are unknown; GPU queues are still shown")
+    line = data.inventory.memory_line
+    if line.waiting:
+        notes.append(f"{line.waiting} trajectories wait for memory on the CPU pool "
+                     f"({line.memory_mb:g} MB asked, the oldest for {line.oldest_wait_s:.1f} s): "
+                     "add CPU nodes or memory, or end idle trajectories")
     if not data.inspected:
         notes.append("workers were not inspected (inspect timeout 0)")
     elif not data.consumers:

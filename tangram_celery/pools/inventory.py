@@ -118,6 +118,34 @@ class PoolSummary:
 
 
 @dataclass(frozen=True)
+class MemoryLine:
+    """The CPU pool's trajectories waiting for memory: live tickets of the shared line."""
+
+    waiting: int = 0
+    memory_mb: float = 0.0
+    """What they ask for in all."""
+    oldest_wait_s: float = 0.0
+
+
+def memory_line(infos: Mapping[bytes | str, bytes | str],
+                leases: Iterable[tuple[bytes | str, float]], now: float) -> MemoryLine:
+    """The line from its ticket info hash and lease scores (tickets whose lease ran out belong
+    to dead clients and are left out; malformed info counts no memory)."""
+    live = {_text(t) for t, until in leases if until > now}
+    asked, since = 0.0, now
+    for trajectory, raw in infos.items():
+        if _text(trajectory) not in live:
+            continue
+        try:
+            info = json.loads(raw)
+            asked += float(info.get("memory_mb", 0.0))
+            since = min(since, float(info.get("since", now)))
+        except (ValueError, TypeError, AttributeError):
+            continue
+    return MemoryLine(len(live), asked, max(now - since, 0.0))
+
+
+@dataclass(frozen=True)
 class Inventory:
     """Everything ``tangram status`` and the exporter show, gathered at ``at``."""
 
@@ -127,6 +155,7 @@ class Inventory:
     api_pools: tuple[ApiPoolView, ...]
     queues: tuple[QueueDepth, ...]
     autoscale: tuple[AutoscaleView, ...] = ()
+    memory_line: MemoryLine = MemoryLine()
 
     def queue(self, name: str) -> QueueDepth | None:
         """The depth of queue ``name``, if it was read."""
@@ -244,7 +273,16 @@ def read_inventory(
     options = celery_config(settings)["broker_transport_options"]
     queues = _read_depths(client, names, str(options["sep"]), list(options["priority_steps"]),
                           unacked)
-    return Inventory(now, nodes, gpu_pools, api_pools, queues, _read_autoscale(client))
+    return Inventory(now, nodes, gpu_pools, api_pools, queues, _read_autoscale(client),
+                     _read_memory_line(client, now))
+
+
+def _read_memory_line(client: redis.Redis, now: float) -> MemoryLine:
+    pipe = client.pipeline()
+    pipe.hgetall(keys.MEMORY_TICKET_INFO)
+    pipe.zrange(keys.MEMORY_TICKET_LEASES, 0, -1, withscores=True)
+    infos, leases = pipe.execute()
+    return memory_line(infos, leases, now)
 
 
 def autoscale_view(pool: str, raw: Mapping[bytes | str, bytes | str]) -> AutoscaleView:

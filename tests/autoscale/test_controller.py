@@ -25,12 +25,18 @@ from tangram_celery.autoscale.controller import (
     recent_act,
     worker_env,
 )
-from tangram_celery.autoscale.policy import ScalingConfig
+from tangram_celery.autoscale.policy import Budget, PoolLimits, ScalingConfig, decide
 from tangram_celery.autoscale.work import Work, action_work, message_body, unacked_work
 from tangram_celery.bench.emulation import emulated_exec, emulated_test_run
 from tangram_celery.client import TangramClient
 from tangram_celery.errors import ConfigError
-from tangram_celery.pools.inventory import Inventory, QueueDepth, read_inventory
+from tangram_celery.pools.inventory import (
+    Inventory,
+    MemoryLine,
+    QueueDepth,
+    memory_line,
+    read_inventory,
+)
 from tangram_celery.pools.registry import NodeView, Registry
 from tangram_celery.settings import Settings
 from tangram_celery.tasks.actlog import ActRecord
@@ -82,6 +88,25 @@ def test_cpu_load_splits_prefetched_from_running() -> None:
     assert (load.ready, load.running_units, load.prefetched) == (3, 3, 2)
     assert load.predicted_work_s == pytest.approx(6.0 + 5.0 * 2 / 5)
     assert (load.unknown, load.recent_exec_s, load.since_scale_s) == (1, 1.0, 7.0)
+    assert (load.memory_mb, load.memory_waiting, load.member_memory_mb) == (0.0, 0, 0.0)
+
+
+def test_cpu_load_counts_held_memory_and_the_memory_line() -> None:
+    infos = {b"w1": json.dumps({"memory_mb": 512, "since": 90.0}),
+             b"w2": json.dumps({"memory_mb": 1024, "since": 95.0}),
+             b"dead": json.dumps({"memory_mb": 4096, "since": 10.0}), b"bad": b"{"}
+    line = memory_line(infos, [(b"w1", 101.0), (b"w2", 105.0), (b"dead", 50.0),
+                               (b"bad", 110.0)], now=100.0)
+    assert line == MemoryLine(3, 1536.0, 10.0)
+    inventory = Inventory(
+        at=100.0, nodes=(NodeView("a", 2, 2, 8192, 8000), NodeView("b", 2, 2, 8192, 700,
+                                                                     alive=False)),
+        gpu_pools=(), api_pools=(), queues=(), memory_line=line)
+    load = cpu_load(inventory, Work(), Work(), RecentAct(), size=1, member_units=2,
+                    since_scale_s=9.0, member_memory_mb=8192)
+    assert (load.memory_mb, load.memory_waiting) == (8000 + 1536.0, 3)
+    (target,) = decide([load], Budget({}, {"cpu": PoolLimits(1, 8)})).targets
+    assert (target.target, target.action) == (2, "up"), target.describe()
 
 
 @pytest.mark.slow

@@ -56,6 +56,17 @@ SINGLE = [
     ("late queueing adds a member", cpu(size=2, ready=2, predicted_work_s=0.1,
                                         recent_queue_s=9.0), 16, 3, UP, "grow: recent"),
     ("minimum enforced", cpu(size=0), 16, 1, UP, "grow"),
+    ("trajectories waiting for memory grow the pool",
+     cpu(size=1, memory_mb=24 * 512, memory_waiting=8, member_memory_mb=8192), 16, 2, UP,
+     "grow: 8 trajectories wait for memory"),
+    ("memory waits grow within the budget",
+     cpu(size=1, memory_mb=64 * 512, memory_waiting=48, member_memory_mb=8192), 6, 3, UP,
+     "grow: 48 trajectories wait"),
+    ("held memory keeps members through a drain",
+     cpu(size=3, memory_mb=10000, member_memory_mb=8192, since_scale_s=99.0), 16, 2, DOWN,
+     "shrink"),
+    ("memory not counted without a member size", cpu(size=1, memory_mb=1e6, memory_waiting=9),
+     16, 1, HOLD, "steady"),
 ]
 
 

@@ -15,12 +15,17 @@ from typing import Any
 
 import pytest
 import redis
+from rich.console import Console
 
 from tangram_celery import keys
 from tangram_celery.action import Action
+from tangram_celery.autoscale.controller import RecentAct, cpu_load
+from tangram_celery.autoscale.work import Work
 from tangram_celery.client import TangramClient, actions, command_action
 from tangram_celery.client.router import Router
 from tangram_celery.client.waitlist import Waitlist
+from tangram_celery.observe.status import StatusData, render_status
+from tangram_celery.pools.inventory import read_inventory
 from tangram_celery.pools.registry import Registry
 from tangram_celery.settings import Settings
 from tangram_celery.tasks.ledger import Ledger
@@ -230,3 +235,25 @@ def test_a_killed_client_leaves_the_line_and_its_action_is_answered(
         answered = client._ledger.stored(victim)
         assert answered is not None and answered["status"] == "client_lost"
         assert answered["trajectory_id"] == "victim"
+
+
+def test_status_and_the_autoscaler_see_the_memory_line(
+    registry: Registry, fresh: Any, redis_client: redis.Redis, settings: Settings,
+) -> None:
+    registry.register_node("a", cores=2, memory_mb=1000)
+    router = fresh()
+    assert router.route(cpu_action("held", 900)).node == "a"
+    assert router.route(cpu_action("w1", 400)).wait is not None
+    assert router.route(cpu_action("w2", 300)).wait is not None
+    inventory = read_inventory(redis_client, settings)
+    assert (inventory.memory_line.waiting, inventory.memory_line.memory_mb) == (2, 700.0)
+    console = Console(record=True, width=200)
+    console.print(render_status(StatusData(inventory, {}, inspected=True)))
+    text = " ".join(console.export_text().split())
+    assert "2 trajectories wait for memory on the CPU pool (700 MB asked" in text
+    load = cpu_load(inventory, Work(), Work(), RecentAct(), size=1, member_units=2,
+                    since_scale_s=0.0, member_memory_mb=1000)
+    assert load.memory_mb == 900 + 700
+    router.tickets.withdraw("w1")
+    router.tickets.withdraw("w2")
+    assert read_inventory(redis_client, settings).memory_line.waiting == 0

@@ -154,16 +154,12 @@ def test_cgroup_limits_are_in_force(backend: BwrapBackend) -> None:
 
 def test_uid_is_reused_after_a_trajectory_ends(sandbox_tools: None, sandbox_root: Path) -> None:
     with BwrapBackend(sandbox_root, SandboxLimits(), ready=0) as backend:
-        _reuses_uids(backend)
-
-
-def _reuses_uids(backend: BwrapBackend) -> None:
-    backend.run(ExecSpec("u1", "true", {}, 10.0, (0,)))
-    uid = backend._trajs["u1"].uid
-    backend.end_trajectory("u1")
-    assert not os.path.exists(f"/tmp/.bubblewrap-{uid}")  # bwrap's mount point, cleaned up
-    backend.run(ExecSpec("u2", "true", {}, 10.0, (0,)))
-    assert backend._trajs["u2"].uid == uid
+        backend.run(ExecSpec("u1", "true", {}, 10.0, (0,)))
+        uid = backend._trajs["u1"].uid
+        backend.end_trajectory("u1")
+        assert not os.path.exists(f"/tmp/.bubblewrap-{uid}")  # bwrap's mount point, cleaned up
+        backend.run(ExecSpec("u2", "true", {}, 10.0, (0,)))
+        assert backend._trajs["u2"].uid == uid
 
 
 def test_uid_pools_of_two_backends_never_overlap(sandbox_root: Path) -> None:

@@ -163,6 +163,10 @@ class TangramClient:
         here: it waits, FCFS, for memory (see :mod:`.waitlist`), and its handle's result
         waits with it. Raises :class:`ValidationError` or :class:`RoutingError` for an action no
         pool can ever run, and :class:`BrokerUnreachable` when Redis does not answer.
+
+        Actions of one trajectory share its environment but are not run one after another: a
+        node starts those it holds as cores allow. Submit an action that depends on another's
+        files after that one's result, as an agent's next step would.
         """
         submitted = self.clock.now()
         body = action.to_json() if isinstance(action, Action) else dict(action)

@@ -46,11 +46,13 @@ class GridPoint:
     turns: tuple[int, int]
     parallel: tuple[float, float]
     batch: int
+    group: int = CodingParams().group
+    """GRPO group size G."""
 
     def params(self) -> CodingParams:
         """The workload's knobs at this point."""
         return replace(CodingParams(), test_median_s=self.reward_s, turns=self.turns,
-                       parallel_range=self.parallel)
+                       parallel_range=self.parallel, group=self.group)
 
     @property
     def label(self) -> str:

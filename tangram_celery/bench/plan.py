@@ -30,13 +30,17 @@ class Point:
     cores: int = 1280
     gpus: int = 40
     parallel: float | None = None
+    group: int | None = None
+    """GRPO group size G of the coding workload (None: the generator's default)."""
 
     def as_dict(self) -> dict[str, object]:
-        """The knobs as plain data (``parallel`` only when set)."""
+        """The knobs as plain data (``parallel`` and ``group`` only when set)."""
         knobs: dict[str, object] = {"batch": self.batch, "cores": self.cores,
                                     "gpus": self.gpus}
         if self.parallel is not None:
             knobs["parallel"] = self.parallel
+        if self.group is not None:
+            knobs["group"] = self.group
         return knobs
 
     def cluster(self, physics: Mapping[str, float] | None = None, cores_per_node: int = 256,
@@ -77,9 +81,13 @@ def workload_at(name: str, point: Point, seed: int, trace: Workload | None = Non
     """The workload of ``point``: a generated one, or the trace (whose size is fixed)."""
     if trace is not None:
         return trace
-    if name == "coding" and point.parallel is not None:
-        return coding(point.batch, seed, CodingParams(parallel=point.parallel))
+    if name == "coding" and (point.parallel is not None or point.group is not None):
+        params = CodingParams(parallel=point.parallel)
+        return coding(point.batch, seed, params if point.group is None
+                      else replace(params, group=point.group))
     if point.parallel is not None:
         raise ValueError("the parallel sweep applies to the coding workload only")
+    if point.group is not None:
+        raise ValueError("--group (GRPO group size) applies to the coding workload only")
     return build(name, point.batch, seed)
 

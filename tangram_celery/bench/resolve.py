@@ -52,8 +52,12 @@ def resolve(args: argparse.Namespace) -> Plan:
         given = getattr(args, flag)
         if given is not None and given <= 0:
             raise ValueError(f"--{flag} must be a positive integer, not {given}")
+    group = getattr(args, "group", None)
+    if group is not None and (group < 1 or real):
+        raise ValueError(f"--group must be a positive integer (sim only), not {group}"
+                         if group < 1 else "--group applies to the simulated coding workload")
     base = Point(batch=args.batch or batch, cores=args.cores or (8 if real else 1280),
-                 gpus=args.gpus or gpus)
+                 gpus=args.gpus or gpus, group=group)
     planned = points(base, args.sweep, sweep_values(args.points, args.sweep))
     for point in planned:  # ValueError names a point the cluster cannot have
         if gpu_real:

@@ -73,9 +73,10 @@ class Row:
         return self.mean[name] / self.best_rival[1]
 
 
-def sweep_points(scale: int) -> list[tuple[str, Point]]:
-    """The batch sweep at 1280 cores, then the cores sweep at batch 1280, divided by ``scale``."""
-    base = Point()
+def sweep_points(scale: int, group: int | None = None) -> list[tuple[str, Point]]:
+    """The batch sweep at 1280 cores, then the cores sweep at batch 1280, divided by ``scale``
+    (``group``: the GRPO group size, None for the workload's default)."""
+    base = Point(group=group)
     found = [("batch", replace(base, batch=int(v))) for v in SWEEPS["batch"]]
     found += [("cores", replace(base, cores=int(v))) for v in SWEEPS["cores"]
               if int(v) != base.cores]
@@ -174,20 +175,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--durations", default=DEFAULT_DURATIONS,
                         help="what the policies are told: learned (default), oracle or "
                              "noisy:SIGMA")
+    parser.add_argument("--group", type=int, default=None,
+                        help="GRPO group size G: rollouts per prompt sharing one test suite "
+                             "(default 8, TRL's num_generations; 1: every rollout its own)")
     return parser
 
 
 def grid_main(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     """Run the grid and print it."""
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    points = grid.grid_points()
+    group = CodingParams().group if args.group is None else args.group
+    points = [replace(p, group=group) for p in grid.grid_points()]
     found = grid.run_grid(points, seeds, args.scale, args.durations, args.jobs,
                           lambda: print(".", end="", file=sys.stderr, flush=True))
     print(file=sys.stderr)
     rows = [grid.grid_row(p, [found[(grid.scaled(p, args.scale), s)] for s in seeds])
             for p in points]
     setup = (f"Robustness grid: AI coding, simulated, pure CPU scheduling, {args.durations} "
-             f"durations, GRPO groups of {CodingParams().group}, seeds "
+             f"durations, GRPO groups of {group}, seeds "
              f"{','.join(map(str, seeds))}, scale 1/{args.scale} (batch, cores and node size "
              "divided by it): external time per trajectory, mean (range) over seeds.")
     misses = [r.point.label for r in rows if r.vs_fixed.mean < 1.0 or r.exec_vs_static.mean < 1.0]
@@ -217,13 +222,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         parse_durations(args.durations)
+        if args.group is not None and args.group < 1:
+            raise ValueError(f"--group must be a positive integer, not {args.group}")
     except ValueError as exc:
         print(f"tangram bench robustness: error: {exc}", file=sys.stderr)
         return 2
     if args.grid:
         return grid_main(args, argv)
     systems = [*SYSTEMS, *(f"tangram:{name}" for name in ABLATIONS if args.ablations)]
-    chosen = [(s, p) for s, p in sweep_points(args.scale) if args.sweep in (s, "both")]
+    chosen = [(s, p) for s, p in sweep_points(args.scale, args.group)
+              if args.sweep in (s, "both")]
     rows = []
     for sweep, point in chosen:
         rows.append(run_point(sweep, point, systems, args.seed, args.scale,

@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="sim: what CPU policies are told of durations: learned online "
                              "(default), oracle (exact) or noisy:SIGMA (exact times a "
                              "log-normal error)")
+    parser.add_argument("--group", type=int, default=None,
+                        help="sim coding: GRPO group size G, rollouts per prompt sharing one "
+                             "test suite (default 8, TRL's num_generations)")
     parser.add_argument("--trace", type=Path, default=None, help="JSON Lines trace to replay")
     parser.add_argument("--load-init-s", type=float, default=None,
                         help="GPU service restore: fixed seconds (default 2.0)")

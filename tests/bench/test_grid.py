@@ -6,6 +6,7 @@ import pytest
 
 from tangram_celery.bench import grid
 from tangram_celery.bench.grid import FIXED, PAPER, STATIC, TANGRAM, GridPoint, Measured
+from tangram_celery.bench.plan import Point, workload_at
 from tangram_celery.bench.robustness import main
 
 
@@ -52,3 +53,20 @@ def test_a_row_takes_the_best_fixed_dop_by_its_mean_and_marks_a_miss() -> None:
 def test_a_bad_durations_value_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--grid", "--durations", "exact"]) == 2
     assert "learned, oracle or noisy:SIGMA" in capsys.readouterr().err
+
+
+def test_the_group_size_is_a_knob_of_the_workload_and_of_the_cli(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    def suites(point: Point) -> int:
+        workload = workload_at("coding", point, 1)
+        return len({a.signature for t in workload.trajectories for a in t.actions
+                    if a.kind == "test_run"})
+
+    assert suites(Point(batch=32)) == 4 == suites(Point(batch=32, group=8))
+    assert suites(Point(batch=32, group=1)) == 32 and suites(Point(batch=32, group=16)) == 2
+    assert Point(batch=32, group=4).as_dict()["group"] == 4 and "group" not in Point().as_dict()
+    with pytest.raises(ValueError, match="coding workload only"):
+        workload_at("mopd", Point(batch=8, group=4), 1)
+    assert GridPoint(20.0, (8, 24), (0.5, 0.99), 256, group=2).params().group == 2
+    assert main(["--grid", "--group", "0"]) == 2
+    assert "--group must be a positive integer" in capsys.readouterr().err

@@ -34,6 +34,7 @@ class Settings:
     sandbox_idle_ttl_s: float = 900.0
     sandbox_warm_pool_min: int = 1
     sandbox_warm_pool_max: int = 8
+    sandbox_ready: int = 2
     sandbox_root: Path = Path("/var/tmp/tangram-sandboxes")  # nosec B108 # default root; world-traversable for sandbox uids, not a temp file
     sandbox_uid_base: int = 1_500_000
     sandbox_memory_mb: int = 512
@@ -163,6 +164,11 @@ class Settings:
             raise ConfigError(
                 f"{PREFIX}SANDBOX_UID_BASE={self.sandbox_uid_base}: sandboxes never run as root "
                 "or a system account; use a free range such as 1500000"
+            )
+        if not 0 <= self.sandbox_ready <= 64:
+            raise ConfigError(
+                f"{PREFIX}SANDBOX_READY={self.sandbox_ready}: keep 0 to 64 sandboxes started "
+                "ahead (0 starts each trajectory's sandbox on demand)"
             )
         if not 0 < self.default_timeout_s <= self.max_timeout_s:
             raise ConfigError(

@@ -32,6 +32,8 @@ DESCRIPTIONS: dict[str, str] = {
     "sandbox_idle_ttl_s": "A trajectory idle this long loses its container (`docker`) (s).",
     "sandbox_warm_pool_min": "Fewest ready containers a `docker` node keeps for new trajectories.",
     "sandbox_warm_pool_max": "Most ready containers a `docker` node keeps for new trajectories.",
+    "sandbox_ready": "Sandboxes a `bwrap` node keeps started ahead (uid, work dir, warm executor) "
+                     "for new trajectories' first actions; 0 starts each on demand.",
     "sandbox_root": "Directory holding each node's per-trajectory work dirs.",
     "sandbox_uid_base": "First uid of sandboxes; each node takes its own 65,536 uids from here.",
     "sandbox_memory_mb": "Memory cap of one sandboxed command (MB).",

@@ -44,6 +44,8 @@ def test_frozen() -> None:
     ({"TANGRAM_SANDBOX_PIDS": "many"}, "TANGRAM_SANDBOX_PIDS='many'"),
     ({"TANGRAM_REDIS_URL": "http://x"}, "expected redis://"),
     ({"TANGRAM_SANDBOX_UID_BASE": "0"}, "never run as root"),
+    ({"TANGRAM_SANDBOX_READY": "-1"}, "started ahead"),
+    ({"TANGRAM_SANDBOX_READY": "65"}, "started ahead"),
     ({"TANGRAM_SANDBOX_BACKEND": "vm"}, "choose 'bwrap' or 'docker'"),
     ({"TANGRAM_DEFAULT_TIMEOUT_S": "100", "TANGRAM_MAX_TIMEOUT_S": "10"}, "DEFAULT_TIMEOUT_S"),
 ])

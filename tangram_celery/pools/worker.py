@@ -65,7 +65,7 @@ def backend_options(settings: Settings, node: str) -> dict[str, Any]:
                                         settings.sandbox_warm_pool_max),
         }
     return {"uid_base": node_uid_base(settings.sandbox_uid_base, node),
-            "uid_count": UIDS_PER_NODE}
+            "uid_count": UIDS_PER_NODE, "ready": settings.sandbox_ready}
 
 
 def build_cpu_node(settings: Settings, name: str, cores: int, memory_mb: float) -> CpuNode:

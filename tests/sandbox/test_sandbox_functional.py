@@ -163,8 +163,11 @@ def test_uid_is_reused_after_a_trajectory_ends(sandbox_tools: None, sandbox_root
 
 
 def test_uid_pools_of_two_backends_never_overlap(sandbox_root: Path) -> None:
-    first = BwrapBackend(sandbox_root / "a", SandboxLimits(), uid_base=1_900_000, uid_count=3)
-    second = BwrapBackend(sandbox_root / "b", SandboxLimits(), uid_base=1_900_000, uid_count=3)
+    # no ready sandboxes: they would hold uids of their own and race for the freed one
+    first = BwrapBackend(sandbox_root / "a", SandboxLimits(), uid_base=1_900_000, uid_count=3,
+                         ready=0)
+    second = BwrapBackend(sandbox_root / "b", SandboxLimits(), uid_base=1_900_000, uid_count=3,
+                          ready=0)
     try:
         first.run(ExecSpec("x", "true", {}, 10.0, (0,)))
         second.run(ExecSpec("y", "true", {}, 10.0, (0,)))

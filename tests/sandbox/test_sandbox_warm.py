@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 from test_sandbox_attacks import Run
 
-from tangram_celery.sandbox import ExecSpec, SandboxLimits, rewrite_parallelism
+from tangram_celery.pools.worker import backend_options
+from tangram_celery.sandbox import ExecSpec, SandboxLimits, make_backend, rewrite_parallelism
 from tangram_celery.sandbox.bwrap import BwrapBackend
 from tangram_celery.sandbox.bwrap import action as bwrap_action
 from tangram_celery.sandbox.bwrap.warm import child_pid
+from tangram_celery.settings import Settings
 
 
 def _python(run: Run, code: str, **kw: object) -> tuple[int | None, str, str]:
@@ -109,3 +111,22 @@ def test_a_child_gone_before_it_was_placed_is_started_again_once(
     assert killed, "the fault was never injected"
     assert (out.exit_code, out.stdout) == (0, "ran\n"), "the vanished child ran, or twice"
     assert run("echo next").stdout == "next\n"
+
+
+def test_the_number_of_ready_sandboxes_is_a_setting(
+    sandbox_tools: None, sandbox_root: Path
+) -> None:
+    for env, expected in (({}, 2), ({"TANGRAM_SANDBOX_READY": "1"}, 1),
+                          ({"TANGRAM_SANDBOX_READY": "0"}, 0)):
+        options = backend_options(Settings.from_env(env), "node-a")
+        assert options["ready"] == expected
+        backend = make_backend("bwrap", sandbox_root / str(expected), SandboxLimits(), **options)
+        assert isinstance(backend, BwrapBackend)
+        try:
+            deadline = time.monotonic() + 30
+            while backend._ready.count() < expected and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.2)
+            assert backend._ready.count() == expected
+        finally:
+            backend.close()

@@ -31,7 +31,8 @@ from tangram_celery.sandbox.parallelism import rewrite_parallelism
 
 BACKENDS = ("bwrap", "docker")
 # options of the embedded backend that mean nothing to the docker one (callers pass them to any)
-BWRAP_ONLY_OPTIONS = frozenset({"bwrap_path", "uid_base", "uid_count", "uid_lock_dir", "cgroups"})
+BWRAP_ONLY_OPTIONS = frozenset(
+    {"bwrap_path", "uid_base", "uid_count", "uid_lock_dir", "cgroups", "ready"})
 
 __all__ = [
     "BACKENDS",
@@ -54,10 +55,11 @@ def make_backend(name: str, root_dir: Path, limits: SandboxLimits, **kw: Any) ->
     """Create the sandbox backend called ``name`` with its work dirs under ``root_dir``.
 
     ``"bwrap"``: :class:`~tangram_celery.sandbox.bwrap.BwrapBackend` (keyword options:
-    ``bwrap_path``, ``uid_base``, ``uid_count``, ``cgroups``, ``seccomp``).
+    ``bwrap_path``, ``uid_base``, ``uid_count``, ``cgroups``, ``seccomp``, ``ready``).
     ``"docker"``: :class:`~tangram_celery.sandbox.docker.DockerBackend` (keyword options:
     ``docker_url``, ``image``, ``idle_ttl_s``, ``warm_pool``, ``api_timeout_s``, ``grace_s``,
-    ``seccomp``; the embedded backend's uid and cgroup options are ignored). It raises
+    ``seccomp``, ``direct_cpu``; the embedded backend's uid, cgroup and ready options are
+    ignored). It raises
     :class:`SandboxSetupError` (:class:`~tangram_celery.errors.SandboxEngineError` when no
     engine answers) with what to do next.
     """

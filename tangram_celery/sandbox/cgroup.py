@@ -35,8 +35,11 @@ class CgroupLimits:
     cpus: tuple[int, ...]
 
 
-def parse_mountinfo(text: str) -> dict[str, tuple[Path, str]]:
-    """Map each v1 controller to (mount point, root inside the hierarchy)."""
+def parse_mountinfo(
+    text: str, controllers: Iterable[str] = CONTROLLERS
+) -> dict[str, tuple[Path, str]]:
+    """Map each v1 controller of ``controllers`` to (mount point, root inside the hierarchy)."""
+    wanted = set(controllers)
     found: dict[str, tuple[Path, str]] = {}
     for line in text.splitlines():
         pre, sep, post = line.partition(" - ")
@@ -46,7 +49,7 @@ def parse_mountinfo(text: str) -> dict[str, tuple[Path, str]]:
         if len(fields) < 5 or len(tail) < 3 or tail[0] != "cgroup":
             continue
         for option in tail[2].split(","):
-            if option in CONTROLLERS and option not in found:
+            if option in wanted and option not in found:
                 found[option] = (Path(fields[4]), fields[3])
     return found
 

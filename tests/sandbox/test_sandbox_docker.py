@@ -141,9 +141,14 @@ def test_cores_are_pinned_before_each_exec(dock: DockerBackend,
     again = go(dock, read, "pin", cores=(first,)).stdout.split()
     assert again == [str(first), str(first), "100000", "1", "1"]
     container = container_of(dock, "pin")
-    assert wait_until(lambda: container.reload() or
-                      container.attrs["HostConfig"]["CpuQuota"] == IDLE_CPU_QUOTA_US), (
-        "the container kept its cores after the action")
+    quota = ("cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null || "
+             "cut -d' ' -f1 /sys/fs/cgroup/cpu.max")
+
+    def throttled() -> bool:
+        seen = container.exec_run(["sh", "-c", quota], user="0:0").output.decode().strip()
+        return seen == str(IDLE_CPU_QUOTA_US)
+
+    assert wait_until(throttled), "the container kept its cores after the action"
 
 
 def test_pytest_is_told_its_workers(dock: DockerBackend, two_cores: tuple[int, int]) -> None:

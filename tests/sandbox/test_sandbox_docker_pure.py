@@ -6,19 +6,15 @@ from __future__ import annotations
 import json
 import socket
 import struct
-import subprocess
-import threading
-import time
 from pathlib import Path
 
 import docker_engine
 import pytest
 
-from tangram_celery.errors import SandboxSetupError, SandboxSpecError, WorkdirQuotaError
+from tangram_celery.errors import SandboxSetupError, SandboxSpecError
 from tangram_celery.sandbox import ExecSpec, SandboxLimits
-from tangram_celery.sandbox.docker.exchange import Exchange, pump_socket, read_ahead
+from tangram_celery.sandbox.docker.exchange import read_ahead
 from tangram_celery.sandbox.docker.options import (
-    IDLE_CPU_QUOTA_US,
     PIDS_OVERHEAD,
     container_options,
     cpu_options,
@@ -33,19 +29,10 @@ from tangram_celery.sandbox.docker.policy import (
     warm_pool_target,
 )
 from tangram_celery.sandbox.docker.protocol import (
-    RECEIVER,
-    WRAPPER,
-    Broken,
     FrameDemuxer,
-    Trailer,
-    TrailerSink,
     command_start,
-    encode_files,
     exit_status,
-    parse_trailer,
-    preamble_error,
     units_of,
-    wrapper_argv,
 )
 from tangram_celery.sandbox.image import (
     customize_rootfs,
@@ -53,8 +40,6 @@ from tangram_celery.sandbox.image import (
     debootstrap_command,
     read_apt_sources,
 )
-from tangram_celery.sandbox.output import CappedBuffer
-from tangram_celery.sandbox.validation import validate_files
 
 POLICY = WarmPoolPolicy(min_size=1, max_size=8, window_s=60.0, headroom=2.0)
 
@@ -124,14 +109,14 @@ def test_container_options_isolate() -> None:
                            cpu_time_s=30)
     opts = container_options(limits, {"k": "v"}, seccomp="{}")
     assert opts["network_mode"] == "none" and opts["read_only"] is True
-    assert opts["cap_drop"] == ["ALL"]
+    assert opts["cap_drop"] == ["ALL"] and opts["cap_add"] == ["SETUID", "SETGID", "SETPCAP"]
     assert opts["security_opt"] == ["no-new-privileges", "seccomp={}"]
     assert opts["pids_limit"] == 64 + PIDS_OVERHEAD
     assert opts["mem_limit"] == opts["memswap_limit"] == (256 + 32 + 1) * 1024 * 1024
-    assert opts["user"] == "65534:65534" and opts["init"] is True
+    assert opts["user"] == "0:0" and opts["init"] is True
     assert "size=16m" in opts["tmpfs"]["/tmp"] and "uid=1000" in opts["tmpfs"]["/work"]
     assert opts["shm_size"] == 16 * 1024 * 1024
-    assert opts["cpu_quota"] == IDLE_CPU_QUOTA_US
+    assert opts["cpu_quota"] == 100_000  # one core while its executor starts, then throttled
     names = {u["Name"]: u["Soft"] for u in opts["ulimits"]}
     assert names == {"nofile": 256, "fsize": 8 << 20, "data": 256 << 20, "core": 0, "cpu": 30}
     assert "seccomp" not in " ".join(container_options(limits, {}, None)["security_opt"])
@@ -198,28 +183,11 @@ def test_demuxer_passes_raw_engine_errors_on() -> None:
     assert {s for s, _ in pieces} == {3}
 
 
-def test_trailer_is_parsed_and_stripped() -> None:
-    tail = b"user err\n\x1etangram-end 137 2 3 105 8448 7680 4096\x1e"
-    rest, trailer = parse_trailer(tail)
-    assert rest == b"user err\n"
-    assert trailer is not None and trailer.exit_code == 137 and trailer.oom_killed
-    assert trailer.elapsed_s == pytest.approx(1.05)
-    assert trailer.workdir_bytes == (8448 - 7680) * 4096
-    rest, trailer = parse_trailer(b"x\x1etangram-end 0 0 0 0 \x1e")
-    assert rest == b"x" and trailer is not None and trailer.workdir_bytes is None
-    assert parse_trailer(b"\x1etangram-end 0 0 0 0\x1e and more") == (
-        b"\x1etangram-end 0 0 0 0\x1e and more", None)  # only at the very end
-
-
-def _trailer(elapsed_s: float) -> Trailer:
-    return Trailer(exit_code=0, oom_before=0, oom_after=0, elapsed_s=elapsed_s, workdir_bytes=0)
-
-
-# (t0, marker read at, end, trailer's elapsed or None, expected command start)
+# (t0, start frame read at, end, the executor's elapsed or None, expected command start)
 COMMAND_STARTS = [
     (0.0, 0.10, 0.50, 0.38, 0.10),   # marker on time: it stands
-    (0.0, 0.25, 0.50, 0.30, 0.20),   # marker read late: the wrapper's clock moves the start back
-    (0.0, 0.25, 0.50, None, 0.25),   # no trailer (wrapper killed): the marker is all there is
+    (0.0, 0.25, 0.50, 0.30, 0.20),   # read late: the executor's clock moves the start back
+    (0.0, 0.25, 0.50, None, 0.25),   # no end (the executor stuck): the start frame is all there is
     (0.0, None, 0.50, None, 0.50),   # never started: all setup
     (0.2, 0.30, 0.50, 0.40, 0.20),   # never before the action's own start
     (0.0, 0.60, 0.50, 0.00, 0.50),   # never after its end
@@ -227,69 +195,10 @@ COMMAND_STARTS = [
 
 
 @pytest.mark.parametrize(("t0", "marker", "end", "elapsed", "expected"), COMMAND_STARTS)
-def test_command_start_trusts_the_wrapper_clock_over_a_late_marker(
+def test_command_start_trusts_the_executor_clock_over_a_late_frame(
     t0: float, marker: float | None, end: float, elapsed: float | None, expected: float
 ) -> None:
-    trailer = None if elapsed is None else _trailer(elapsed)
-    assert command_start(t0, marker, end, trailer) == pytest.approx(expected)
-
-
-def test_trailer_sink_forwards_everything_but_the_trailer() -> None:
-    inner = CappedBuffer(10_000)
-    sink = TrailerSink(inner)
-    body = b"E" * 500
-    whole = body + b"\x1etangram-end 1 0 0 7 10 5 4096\x1e"
-    for i in range(0, len(whole), 33):
-        sink.feed(whole[i:i + 33], 0.0)
-    trailer = sink.finish(1.0)
-    assert bytes(inner.data) == body and trailer is not None and trailer.exit_code == 1
-    plain = TrailerSink(CappedBuffer(100))
-    plain.feed(b"no trailer here", 0.0)
-    assert plain.finish(0.0) is None and bytes(plain.inner.data) == b"no trailer here"  # type: ignore[attr-defined]
-
-
-def test_preamble_errors() -> None:
-    spec = preamble_error(b'x\x1etangram-files-error ["spec", "files[\'a\']", "bad"]\x1e')
-    assert isinstance(spec, SandboxSpecError) and spec.field == "files['a']"
-    quota = preamble_error(b'\x1etangram-files-error ["quota", "files[\'a\']", "full"]\x1e')
-    assert isinstance(quota, WorkdirQuotaError)
-    broken = preamble_error(b"\x1etangram-broken pid cap exhausted: 68 of 68 in use\x1e")
-    assert isinstance(broken, Broken) and "pid cap" in str(broken)
-    assert preamble_error(b"just noise") is None
-
-
-def test_wrapper_argv_carries_its_parameters() -> None:
-    argv = wrapper_argv(2.5, "echo hi", True)
-    assert argv[:3] == ["/bin/sh", "-c", WRAPPER]
-    assert argv[4:8] == ["2.500", "echo hi", "1", "4"] and argv[8] == RECEIVER
-
-
-# -- the in-container scripts, run here with the host's sh and python -----------------------------
-
-
-def test_receiver_writes_files_without_following_symlinks(tmp_path: Path) -> None:
-    work = tmp_path / "work"
-    work.mkdir()
-    (work / "link").symlink_to(tmp_path / "outside")
-    (work / "d").mkdir()
-    (work / "d" / "up").symlink_to(tmp_path)
-    files = validate_files({"a/b.txt": "hello", "link": "replaced", "e.bin": "\udcff"},
-                           SandboxLimits())
-    script = RECEIVER.replace('"/work"', repr(str(work)))
-    done = subprocess.run(["python3", "-I", "-S", "-c", script],
-                          input=encode_files(files) + b"USER STDIN", capture_output=True,
-                          check=False)
-    assert done.returncode == 0, done.stderr
-    assert (work / "a" / "b.txt").read_text() == "hello"
-    assert not (work / "link").is_symlink() and (work / "link").read_text() == "replaced"
-    assert (work / "e.bin").read_bytes() == b"\xff"
-    assert not (tmp_path / "outside").exists()
-    bad = validate_files({"d/up/x": "P"}, SandboxLimits())
-    done = subprocess.run(["python3", "-I", "-S", "-c", script], input=encode_files(bad),
-                          capture_output=True, check=False)
-    assert done.returncode == 125 and not (tmp_path / "x").exists()
-    error = preamble_error(done.stderr)
-    assert isinstance(error, SandboxSpecError) and "not a directory" in error.reason
+    assert command_start(t0, marker, end, elapsed) == pytest.approx(expected)
 
 
 # -- the image recipe ---------------------------------------------------------------------------
@@ -381,43 +290,6 @@ def test_stream_bytes_buffered_with_the_http_headers_are_not_lost() -> None:
     finally:
         ours.close()
         engine.close()
-
-
-def test_pump_sends_stdin_half_closes_and_demuxes() -> None:
-    ours, engine = socket.socketpair()
-    stdout, stderr = CappedBuffer(100), CappedBuffer(100)
-
-    def fake_engine() -> None:
-        received = b""
-        while chunk := engine.recv(65536):
-            received += chunk
-        engine.sendall(frame(1, received.upper()) + frame(2, b"done"))
-        engine.close()
-
-    thread = threading.Thread(target=fake_engine)
-    thread.start()
-    deadline = time.monotonic() + 10
-    exchange = Exchange(ours, FrameDemuxer(), {1: stdout, 2: stderr}, b"x" * 5000,
-                        lambda: deadline)
-    try:
-        assert pump_socket(exchange, b"")
-    finally:
-        thread.join(5)
-        ours.close()
-    assert stdout.total == 5000 and bytes(stdout.data) == b"X" * 100
-    assert bytes(stderr.data) == b"done"
-
-
-def test_pump_gives_up_at_the_deadline() -> None:
-    ours, engine = socket.socketpair()
-    t0 = time.monotonic()
-    exchange = Exchange(ours, FrameDemuxer(), {}, None, lambda: t0 + 0.3)
-    try:
-        assert not pump_socket(exchange, b"")
-    finally:
-        ours.close()
-        engine.close()
-    assert 0.25 < time.monotonic() - t0 < 2
 
 
 # -- the test engine helper ----------------------------------------------------------------------

@@ -13,11 +13,8 @@ import time
 from concurrent.futures import CancelledError
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
-import docker.errors
-
-from tangram_celery.errors import SandboxError, SandboxSetupError, SandboxSpecError
+from tangram_celery.errors import SandboxError, SandboxLostError, SandboxSetupError
 from tangram_celery.sandbox.base import (
     BASE_ENV,
     INSIDE_WORKDIR,
@@ -27,35 +24,22 @@ from tangram_celery.sandbox.base import (
     SandboxLimits,
 )
 from tangram_celery.sandbox.docker.engine import (
-    API_ERRORS,
     DEFAULT_DOCKER_URL,
-    RESET_ERRORS,
     check_image,
     connect,
-    diagnose,
-    exec_exit_code,
+    not_running,
 )
-from tangram_celery.sandbox.docker.exchange import Exchange, pump_socket, raw_socket, read_ahead
-from tangram_celery.sandbox.docker.options import cpu_options, idle_cpu_options, seccomp_profile
+from tangram_celery.sandbox.docker.link import End, Request, ResidentLost, Stamps
+from tangram_celery.sandbox.docker.options import seccomp_profile
 from tangram_celery.sandbox.docker.policy import WarmPoolPolicy
-from tangram_celery.sandbox.docker.pool import ContainerPool, Env, mark_broken
-from tangram_celery.sandbox.docker.protocol import (
-    READY_MARKER,
-    Broken,
-    FrameDemuxer,
-    Trailer,
-    TrailerSink,
-    command_start,
-    exit_status,
-    preamble_error,
-    stdin_payload,
-    units_of,
-    wrapper_argv,
-)
-from tangram_celery.sandbox.image import DEFAULT_TAG, SANDBOX_UID
-from tangram_celery.sandbox.output import CappedBuffer, ReadyMarker
+from tangram_celery.sandbox.docker.pool import Box, ContainerPool, Env, mark_broken
+from tangram_celery.sandbox.docker.protocol import Broken, command_start, exit_status, units_of
+from tangram_celery.sandbox.image import DEFAULT_TAG
+from tangram_celery.sandbox.output import CappedBuffer
 from tangram_celery.sandbox.parallelism import rewrite_parallelism
 from tangram_celery.sandbox.validation import SpecFile, sandbox_env, validate_spec
+
+SH = "/bin/sh"
 
 DockerExecOutcome = ExecOutcome
 """The docker backend's outcome; ``environment_replaced``/``replaced_reason`` say whether the
@@ -64,13 +48,11 @@ trajectory's container was replaced (its files were lost) before this action, an
 
 @dataclass
 class _Run:
-    """One exec in flight: its sinks and timing."""
+    """One action in flight: its sinks and timing."""
 
     stdout: CappedBuffer
     stderr: CappedBuffer
-    trailer_sink: TrailerSink
-    marker: ReadyMarker
-    engine_err: CappedBuffer
+    stamps: Stamps
     t_start: float
     started_at: float
 
@@ -98,6 +80,7 @@ class DockerBackend:
         setup_timeout_s: float = 120.0,
         seccomp: bool = True,
         tick_s: float = 0.5,
+        direct_cpu: bool = True,
     ) -> None:
         """Connect to the engine at ``docker_url`` and start the pool keeper.
 
@@ -120,7 +103,8 @@ class DockerBackend:
         self._pool = ContainerPool(
             self.client, docker_url=docker_url, image=image, limits=limits, seccomp=profile,
             policy=warm_pool if warm_pool is not None else WarmPoolPolicy(),
-            idle_ttl_s=idle_ttl_s, tick_s=tick_s)
+            idle_ttl_s=idle_ttl_s, tick_s=tick_s, setup_timeout_s=setup_timeout_s,
+            direct_cpu=direct_cpu)
         self.owner = self._pool.owner
 
     # -- public interface -------------------------------------------------------------------
@@ -174,7 +158,7 @@ class DockerBackend:
     ) -> DockerExecOutcome:
         self._wait_settled(env)
         for attempt in (1, 2):
-            if env.container is None or env.broken is not None:
+            if env.box is None or env.broken is not None:
                 self._pool.replace(env)
             try:
                 outcome = self._attempt(env, spec, files, t0)
@@ -199,161 +183,92 @@ class DockerBackend:
                 env.settle.result(timeout=30)
             env.settle = None
 
-    @staticmethod
-    def _pin(container: Any, cores: tuple[int, ...]) -> None:
-        try:
-            container.update(**cpu_options(cores))
-        except docker.errors.APIError as exc:
-            if "not available" in str(exc):
-                raise SandboxSpecError("cores", f"{exc}; allocate cores the engine has") from exc
-            raise Broken(f"cannot pin the container to cores {list(cores)}: {exc}") from exc
-        except API_ERRORS as exc:
-            raise Broken(f"cannot pin the container: {exc}") from exc
-
-    def _settle(self, env: Env, container: Any) -> None:
-        """After an action: hand the cores back by throttling the container to 1% of a core."""
-        try:
-            container.update(**idle_cpu_options())
-        except API_ERRORS as exc:
-            with self._pool.lock:
-                if env.container is container and env.broken is None:
-                    mark_broken(env, f"cannot throttle the container after an action: {exc}")
-
     def _attempt(
         self, env: Env, spec: ExecSpec, files: list[SpecFile], t0: float
     ) -> DockerExecOutcome:
-        container = env.container
-        self._pin(container, spec.cores)
+        box = env.box
+        if box is None:
+            raise Broken("the trajectory has no container")
+        box.cpu.pin(spec.cores)
         command = rewrite_parallelism(spec.command, max(units_of(spec), 1))
-        payload = stdin_payload(spec, files)
-        run = _Run(*self._sinks(), t_start=time.monotonic(), started_at=time.time())
-        try:
-            exec_id, finished = self._exec(container, spec, command, files, payload, run)
-        finally:
-            env.settle = self._pool.background.submit(self._settle, env, container)
-        return self._conclude(env, spec, run, exec_id, finished, t0)
-
-    def _sinks(self) -> tuple[CappedBuffer, CappedBuffer, TrailerSink, ReadyMarker, CappedBuffer]:
+        stdin = None if spec.stdin is None else spec.stdin.encode("utf-8", "surrogateescape")
+        request = Request(argv=[SH, "-c", command], env=sandbox_env(spec, BASE_ENV),
+                          cwd=INSIDE_WORKDIR, timeout_s=spec.timeout_s, files=files, stdin=stdin)
         cap = self.limits.output_cap_bytes
-        stdout, stderr = CappedBuffer(cap), CappedBuffer(cap)
-        trailer = TrailerSink(stderr)
-        return stdout, stderr, trailer, ReadyMarker(READY_MARKER, trailer), CappedBuffer(4096)
+        run = _Run(CappedBuffer(cap), CappedBuffer(cap), Stamps(), time.monotonic(), time.time())
+        setup_deadline = run.t_start + self.setup_timeout_s
 
-    def _exec(
-        self, container: Any, spec: ExecSpec, command: str, files: list[SpecFile],
-        payload: bytes | None, run: _Run,
-    ) -> tuple[str, bool]:
-        """Start the wrapper and pump its socket; (exec id, finished before the deadline)."""
-        env_vars = sandbox_env(spec, BASE_ENV)
-        argv = wrapper_argv(spec.timeout_s, command, bool(files))
+        def deadline() -> float:
+            started = run.stamps.started
+            return setup_deadline if started is None else started + spec.timeout_s + self.grace_s
+
         try:
-            exec_id = self.client.api.exec_create(
-                container.id, argv, stdout=True, stderr=True, stdin=payload is not None,
-                tty=False, environment=env_vars, workdir=INSIDE_WORKDIR,
-                user=f"{SANDBOX_UID}:{SANDBOX_UID}")["Id"]
-            handle = self.client.api.exec_start(exec_id, socket=True)
-        except API_ERRORS as exc:
-            raise Broken(f"cannot exec in the container: {exc}") from exc
-        sock = raw_socket(handle)
-        try:
-            sock.setblocking(False)
-            first = read_ahead(handle)
-            setup_deadline = run.t_start + self.setup_timeout_s
-
-            def deadline() -> float:
-                ready = run.marker.ready_at
-                return setup_deadline if ready is None else ready + spec.timeout_s + self.grace_s
-
-            exchange = Exchange(sock, FrameDemuxer(), {1: run.stdout, 2: run.marker,
-                                                       3: run.engine_err}, payload, deadline)
-            finished = pump_socket(exchange, first)
+            end = box.resident.run(request, run.stdout, run.stderr, run.stamps, deadline,
+                                   probe=lambda: not_running(box.container))
+        except ResidentLost as exc:
+            mark_broken(env, f"its executor died: {exc}")
+            raise self._lost(env, exc) from exc
         finally:
-            with contextlib.suppress(OSError):
-                sock.close()
-            with contextlib.suppress(OSError, AttributeError):
-                handle.close()
-        return exec_id, finished
+            self._after(env, box)
+        return self._conclude(env, spec, run, end, t0)
+
+    def _after(self, env: Env, box: Box) -> None:
+        """Hand the cores back: throttle the container (in the background through the API)."""
+        if box.cpu.kind == "api":
+            env.settle = self._pool.background.submit(self._settle, env, box)
+        else:
+            self._settle(env, box)
+
+    def _settle(self, env: Env, box: Box) -> None:
+        try:
+            box.cpu.idle()
+        except Broken as exc:
+            with self._pool.lock:
+                if env.box is box and env.broken is None:
+                    mark_broken(env, str(exc))
+
+    @staticmethod
+    def _lost(env: Env, exc: Exception) -> SandboxError:
+        if env.ended:
+            return SandboxError(f"trajectory {env.trajectory_id!r} was ended while its action ran")
+        return SandboxLostError(
+            f"sandbox_lost: trajectory {env.trajectory_id!r}: its container's executor died "
+            f"while the action ran ({exc}); the action's result is unknown and it was not rerun. "
+            "The container's files are lost and the next action starts in a fresh container"
+        )
 
     def _conclude(
-        self, env: Env, spec: ExecSpec, run: _Run, exec_id: str, finished: bool, t0: float
+        self, env: Env, spec: ExecSpec, run: _Run, end: End | None, t0: float
     ) -> DockerExecOutcome:
-        end, finished_at = time.monotonic(), time.time()
-        trailer = run.trailer_sink.finish(end)
+        now, finished_at = time.monotonic(), time.time()
         if env.ended:
             raise SandboxError(f"trajectory {env.trajectory_id!r} was ended while its action ran")
-        if not finished:
-            mark_broken(env, f"the exec did not end within timeout_s + {self.grace_s} s")
-            return self._outcome(run, None, t0, end, finished_at, timed_out=True)
-        code = exec_exit_code(self.client, exec_id)
-        if run.marker.ready_at is None:
-            raise self._startup_error(env, run, code)
+        if end is None:
+            mark_broken(env, f"the executor did not end the action within timeout_s + "
+                             f"{self.grace_s} s")
+            return self._outcome(run, None, t0, now, finished_at)
         env.used = True
-        if trailer is None:
-            oom = self._reset(env)
-            return self._outcome(run, None, t0, end, finished_at, code=code, oom=oom,
-                                 timed_out=end - run.marker.ready_at >= spec.timeout_s)
-        env.oom_seen = trailer.oom_after
-        timed_out = trailer.exit_code == 137 and trailer.elapsed_s >= spec.timeout_s - 0.011
-        return self._outcome(run, trailer, t0, end, finished_at, code=trailer.exit_code,
-                             timed_out=timed_out, env=env)
-
-    def _startup_error(self, env: Env, run: _Run, code: int | None) -> SandboxError:
-        preamble = bytes(run.marker.preamble)
-        reported = preamble_error(preamble)
-        if reported is not None:
-            return reported
-        detail = (preamble + bytes(run.engine_err.data) + bytes(run.stderr.data))
-        text = detail.decode("utf-8", "replace").strip() or diagnose(env.container)
-        return Broken(f"the sandbox wrapper did not start (exit {code}): {text}")
-
-    def _reset(self, env: Env) -> bool:
-        """After an action whose wrapper died: kill what is left, read the OOM counter.
-
-        Returns whether an OOM kill happened; marks the container broken if this fails.
-        """
-        script = ("kill -9 -1 2>/dev/null; o=0; for f in /sys/fs/cgroup/memory/memory.oom_control "
-                  "/sys/fs/cgroup/memory.events; do [ -r $f ] || continue; while read -r k v; "
-                  "do [ $k = oom_kill ] && o=$v; done < $f; break; done; echo $o")
-        container = env.container
-        if container is None:
-            return False
-        try:
-            result = container.exec_run(["/bin/sh", "-c", script],
-                                            user=f"{SANDBOX_UID}:{SANDBOX_UID}")
-            count = int(result.output.decode().strip().splitlines()[-1])
-        except RESET_ERRORS as exc:
-            mark_broken(env, f"cannot reset the container after an action: {exc}")
-            return False
-        oom, env.oom_seen = count > env.oom_seen, count
-        return oom
+        return self._outcome(run, end, t0, now, finished_at, env=env)
 
     def _outcome(
-        self,
-        run: _Run,
-        trailer: Trailer | None,
-        t0: float,
-        end: float,
-        finished_at: float,
-        *,
-        timed_out: bool,
-        code: int | None = None,
-        oom: bool = False,
+        self, run: _Run, end: End | None, t0: float, now: float, finished_at: float,
         env: Env | None = None,
     ) -> DockerExecOutcome:
-        ready = command_start(t0, run.marker.ready_at, end, trailer)
-        exit_code, sig = exit_status(code, timed_out=timed_out)
-        usage = trailer.workdir_bytes if trailer is not None else None
+        timed_out = end is None or end.timed_out
+        ready = command_start(t0, run.stamps.started, now, None if end is None else end.elapsed_s)
+        exit_code, sig = exit_status(None if end is None else end.exit_code, timed_out=timed_out)
+        usage = None if end is None else end.workdir_bytes
         exceeded = usage is not None and usage > self.limits.workdir_mb * MB
         if exceeded and env is not None:
             with self._pool.lock:
                 env.exceeded = True
         return DockerExecOutcome(
             exit_code=exit_code, signal=sig, timed_out=timed_out,
-            oom_killed=trailer.oom_killed if trailer is not None else oom,
+            oom_killed=end is not None and end.oom_after > end.oom_before,
             stdout=run.stdout.text(), stderr=run.stderr.text(),
             stdout_truncated=run.stdout.truncated, stderr_truncated=run.stderr.truncated,
             stdout_cut_bytes=run.stdout.cut, stderr_cut_bytes=run.stderr.cut,
             started_at=run.started_at, finished_at=finished_at,
-            setup_s=max(ready - t0, 0.0), exec_s=max(end - ready, 0.0),
+            setup_s=max(ready - t0, 0.0), exec_s=max(now - ready, 0.0),
             workdir_bytes=usage or 0, workdir_exceeded=exceeded,
         )

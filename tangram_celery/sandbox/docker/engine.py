@@ -7,7 +7,6 @@ errors).
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -53,7 +52,6 @@ def connect(url: str, timeout_s: float) -> docker.DockerClient:
 
 API_ERRORS: tuple[type[Exception], ...] = (
     docker.errors.DockerException, requests.exceptions.RequestException, OSError)
-RESET_ERRORS: tuple[type[Exception], ...] = (*API_ERRORS, ValueError, IndexError)
 KEEPER_ERRORS: tuple[type[Exception], ...] = (*API_ERRORS, SandboxError)
 
 
@@ -71,18 +69,14 @@ def check_image(client: docker.DockerClient, image: str, docker_url: str) -> Non
         raise SandboxEngineError(f"cannot inspect image {image!r}: {exc}") from exc
 
 
-def exec_exit_code(client: docker.DockerClient, exec_id: str) -> int | None:
-    """The exit code the engine reports for an exec, once it stopped running (at most 2 s on)."""
-    deadline = time.monotonic() + 2.0
-    while True:
-        try:
-            info = client.api.exec_inspect(exec_id)
-        except API_ERRORS:
-            return None
-        if not info.get("Running") or time.monotonic() > deadline:
-            code = info.get("ExitCode")
-            return int(code) if isinstance(code, int) else None
-        time.sleep(0.005)
+def not_running(container: Any) -> str | None:
+    """Why the engine says ``container`` cannot run anything now (paused, exited), or None."""
+    try:
+        container.reload()
+    except API_ERRORS as exc:
+        return f"the engine cannot inspect the container: {exc}"
+    status = container.status
+    return None if status == "running" else f"the container is {status}"
 
 
 def diagnose(container: Any) -> str:

@@ -19,10 +19,10 @@ from tangram_celery.sandbox.cgroup import format_cpus
 from tangram_celery.sandbox.image import SANDBOX_UID
 from tangram_celery.sandbox.seccomp import _NAMES as EMBEDDED_DENY_LIST
 
-INIT_UID = 65534
+INIT_UID = 0  # docker-init and the resident executor: root with SETUID, SETGID, SETPCAP only
 CPU_PERIOD_US = 100_000
 IDLE_CPU_QUOTA_US = 1_000
-PIDS_OVERHEAD = 4  # docker-init, its sleep, the wrapper shell and `timeout`
+PIDS_OVERHEAD = 4  # docker-init, its sleep, the resident executor and its leftover killer
 WORKDIR_SLACK = MB  # the tmpfs is this much larger than the quota, so "over quota" is visible
 
 
@@ -94,10 +94,11 @@ def container_options(
         "memswap_limit": memory,
         "pids_limit": limits.pids + PIDS_OVERHEAD,
         "cap_drop": ["ALL"],
+        "cap_add": ["SETUID", "SETGID", "SETPCAP"],
         "security_opt": security,
         "ulimits": ulimits,
         "cpu_period": CPU_PERIOD_US,
-        "cpu_quota": IDLE_CPU_QUOTA_US,
+        "cpu_quota": CPU_PERIOD_US,
         "stop_signal": "SIGKILL",
     }
 

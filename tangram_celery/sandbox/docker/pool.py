@@ -26,7 +26,9 @@ from tangram_celery.errors import (
     WorkdirQuotaError,
 )
 from tangram_celery.sandbox.base import SandboxLimits
-from tangram_celery.sandbox.docker.engine import API_ERRORS, KEEPER_ERRORS
+from tangram_celery.sandbox.docker.cpu import ContainerCpu, container_cpu
+from tangram_celery.sandbox.docker.engine import API_ERRORS, KEEPER_ERRORS, diagnose
+from tangram_celery.sandbox.docker.link import Resident
 from tangram_celery.sandbox.docker.options import container_options
 from tangram_celery.sandbox.docker.policy import (
     WarmPoolPolicy,
@@ -37,10 +39,20 @@ from tangram_celery.sandbox.docker.policy import (
 from tangram_celery.sandbox.owner import is_stale_tag, owner_tag
 
 log = logging.getLogger(__name__)
+FURNISH_ERRORS: tuple[type[Exception], ...] = (SandboxError, *API_ERRORS)
 
 OWNER_PREFIX = "dkr-"
 LABEL_OWNER = "tangram.sandbox.owner"
 LABEL_HOST = "tangram.sandbox.host"
+
+
+@dataclass
+class Box:
+    """A started sandbox container, its resident executor and the control of its cores."""
+
+    container: Any
+    resident: Resident
+    cpu: ContainerCpu
 
 
 @dataclass
@@ -50,7 +62,7 @@ class Env:
     trajectory_id: str
     last_used: float
     lock: threading.Lock = field(default_factory=threading.Lock)
-    container: Any | None = None
+    box: Box | None = None
     used: bool = False
     broken: str | None = None
     lost: str | None = None
@@ -87,9 +99,17 @@ class ContainerPool:
         policy: WarmPoolPolicy,
         idle_ttl_s: float,
         tick_s: float,
+        setup_timeout_s: float = 120.0,
+        direct_cpu: bool = True,
     ) -> None:
-        """Remove what dead backends left on this host, then start the keeper."""
+        """Remove what dead backends left on this host, then start the keeper.
+
+        ``setup_timeout_s`` bounds a container's executor start; ``direct_cpu``: pin cores
+        through the container's cgroup files when the node can write them (else the API).
+        """
         self.client = client
+        self.setup_timeout_s = setup_timeout_s
+        self.direct_cpu = direct_cpu
         self.docker_url = docker_url
         self.image = image
         self.limits = limits
@@ -100,7 +120,7 @@ class ContainerPool:
         self._labels = {LABEL_OWNER: self.owner, LABEL_HOST: socket.gethostname()}
         self.lock = threading.Lock()
         self._envs: dict[str, Env] = {}
-        self._pool: deque[Any] = deque()
+        self._pool: deque[Box] = deque()
         self._creating = 0
         self._arrivals: deque[float] = deque(maxlen=4096)
         self.create_s = 0.3
@@ -148,9 +168,9 @@ class ContainerPool:
                 return False
             del self._envs[trajectory_id]
             env.ended = True
-            container, env.container = env.container, None
-        if container is not None:
-            self._discard(container)
+            box, env.box = env.box, None
+        if box is not None:
+            self._discard(box)
         return True
 
     def trajectories(self) -> list[str]:
@@ -186,8 +206,8 @@ class ContainerPool:
         self._keeper.join(timeout=30)
         for trajectory_id in ids:
             self.end(trajectory_id, idle_since=None)
-        for container in pool:
-            self._discard(container)
+        for box in pool:
+            self._discard(box)
         self.background.shutdown(wait=True)
         with contextlib.suppress(*API_ERRORS):
             for container_id in self.containers():  # one created while we were closing
@@ -213,31 +233,31 @@ class ContainerPool:
 
     def replace(self, env: Env) -> None:
         """Give ``env`` a fresh container, throwing its old one away."""
-        old = env.container
+        old = env.box
         if old is not None:
             if env.used:
                 env.lost = env.lost or env.broken or "the container broke"
-            env.container = None
+            env.box = None
             self._discard(old)
         self._take_container(env)
 
     def _take_container(self, env: Env) -> None:
         """Give ``env`` a ready container: from the warm pool, else a new one."""
         with self.lock:
-            container = self._pool.popleft() if self._pool else None
+            box = self._pool.popleft() if self._pool else None
         self._wake.set()
-        if container is None:
-            container = self._create()
+        if box is None:
+            box = self._create()
         with self.lock:
             ended = env.ended
             if not ended:
-                env.container, env.used, env.broken, env.oom_seen = container, False, None, 0
+                env.box, env.used, env.broken, env.oom_seen = box, False, None, 0
         if ended:
-            self._discard(container)
+            self._discard(box)
             raise SandboxError(f"trajectory {env.trajectory_id!r} was ended while its action "
                                "was starting")
 
-    def _create(self) -> Any:
+    def _create(self) -> Box:
         t0 = time.monotonic()
         try:
             container = self.client.containers.run(
@@ -245,19 +265,39 @@ class ContainerPool:
         except API_ERRORS as exc:
             raise SandboxSetupError(f"cannot start a sandbox container from {self.image!r}: "
                                     f"{exc}") from exc
+        try:
+            box = self._furnish(container)
+        except FURNISH_ERRORS as exc:
+            state = diagnose(container)
+            self._remove_id(str(container.id))
+            raise SandboxSetupError(f"cannot start the executor of a sandbox container: {exc} "
+                                    f"({state})") from exc
         with self.lock:
             self.create_s = 0.8 * self.create_s + 0.2 * (time.monotonic() - t0)
-        return container
+        return box
 
-    def _discard(self, container: Any) -> None:
+    def _furnish(self, container: Any) -> Box:
+        """Start the container's resident executor, then throttle it until its first action."""
+        container.reload()
+        cpu = container_cpu(container, direct=self.direct_cpu)
+        link = Resident.start(self.client, str(container.id), self.setup_timeout_s)
+        try:
+            cpu.idle()
+        except SandboxError:
+            link.close()
+            raise
+        return Box(container, link, cpu)
+
+    def _discard(self, box: Box) -> None:
         """Remove a container in the background (force: kills what runs in it)."""
         try:
-            self.background.submit(self._remove, container)
+            self.background.submit(self._remove, box)
         except RuntimeError:  # shutting down
-            self._remove(container)
+            self._remove(box)
 
-    def _remove(self, container: Any) -> None:
-        self._remove_id(str(container.id))
+    def _remove(self, box: Box) -> None:
+        box.resident.close()
+        self._remove_id(str(box.container.id))
 
     def _remove_id(self, container_id: str) -> None:
         with contextlib.suppress(*API_ERRORS):
@@ -295,21 +335,21 @@ class ContainerPool:
             plan = plan_pool(len(self._pool), self._creating, target)
             surplus = [self._pool.pop() for _ in range(plan.remove)]
             self._creating += plan.create
-        for container in surplus:
-            self._discard(container)
+        for box in surplus:
+            self._discard(box)
         for _ in range(plan.create):
             self._add_to_pool()
 
     def _add_to_pool(self) -> None:
         try:
-            container = self._create()
+            box: Box | None = self._create()
         except SandboxError as exc:
             log.warning("cannot add a container to the warm pool: %s", exc)
-            container = None
+            box = None
         with self.lock:
             self._creating -= 1
-            keep = container is not None and not self._closed
-            if keep:
-                self._pool.append(container)
-        if container is not None and not keep:
-            self._remove(container)
+            keep = box is not None and not self._closed
+            if box is not None and keep:
+                self._pool.append(box)
+        if box is not None and not keep:
+            self._remove(box)

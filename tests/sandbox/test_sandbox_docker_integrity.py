@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_sandbox_attacks import py
+from test_sandbox_integrity import FORGER, VICTIM, assert_not_forged
 
 from tangram_celery.errors import SandboxLostError
 from tangram_celery.sandbox import ExecSpec, SandboxLimits
@@ -45,10 +47,6 @@ def go(backend: DockerBackend, command: str, tid: str = "i1", **kw: Any) -> Dock
     outcome = backend.run(ExecSpec(tid, command, kw.pop("files", {}), cores=(0,), **kw))
     assert isinstance(outcome, DockerExecOutcome)
     return outcome
-
-
-def py(code: str) -> str:
-    return "python3 - <<'EOF'\n" + code.strip() + "\nEOF"
 
 
 def resident_pid(backend: DockerBackend, tid: str = "i1") -> int:
@@ -94,37 +92,9 @@ except OSError:
 
 
 def test_a_leftover_process_cannot_forge_a_later_actions_output(dock: DockerBackend) -> None:
-    forger = py("""
-import subprocess
-script = '''
-import os, time
-end = time.time() + 6
-while time.time() < end:
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        for fd in ("1", "2"):
-            try:
-                with open(f"/proc/{pid}/fd/{fd}", "w") as fh:
-                    fh.write("FORGED 0 passed\\\\n")
-            except OSError:
-                pass
-    try:
-        open("/work/forger-alive", "w").close()
-    except OSError:
-        pass
-    time.sleep(0.01)
-'''
-subprocess.Popen(["python3", "-c", script], stdin=subprocess.DEVNULL,
-                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-print("PLANTED", flush=True)
-""")
-    assert "PLANTED" in go(dock, forger).stdout
+    assert "PLANTED" in go(dock, FORGER).stdout
     time.sleep(0.3)
-    victim = go(dock, "rm -f forger-alive; sleep 0.5; echo real; ls forger-alive 2>/dev/null; "
-                      "exit 3")
-    assert victim.stdout == "real\n" and victim.exit_code == 3, victim
-    assert "FORGED" not in victim.stderr
+    assert_not_forged(go(dock, VICTIM))
 
 
 def test_a_dead_resident_gives_sandbox_lost_and_the_trajectory_goes_on(

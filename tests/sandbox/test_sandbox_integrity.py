@@ -109,22 +109,9 @@ os.kill(pid, 9)
     assert "ATTACH -1 1" in out.stdout, out.stdout + out.stderr
 
 
-@pytest.fixture(params=["cgroups", "no-cgroups"])
-def either(request: pytest.FixtureRequest, sandbox_tools: None,
-           sandbox_root: Path) -> Iterator[BwrapBackend]:
-    """A backend with its cgroups, and one without (rlimits and the executor's kills only)."""
-    b = BwrapBackend(sandbox_root, SMALL_LIMITS, cgroups=request.param == "cgroups")
-    try:
-        yield b
-    finally:
-        b.close()
-
-
-def test_a_leftover_process_cannot_forge_a_later_actions_output(either: BwrapBackend) -> None:
-    def run(command: str) -> ExecOutcome:
-        return _run(either, command)
-
-    forger = py("""
+# A process left behind that writes into every other process's stdout and stderr for 6 s, and
+# the later action it would forge: it must print "real" alone and exit 3.
+FORGER = py("""
 import os, subprocess
 script = '''
 import os, time
@@ -149,11 +136,33 @@ subprocess.Popen(["setsid", "python3", "-c", script], stdin=subprocess.DEVNULL,
                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 print("PLANTED", flush=True)
 """)
-    assert "PLANTED" in run(forger).stdout
-    time.sleep(0.3)
-    victim = run("rm -f forger-alive; sleep 0.5; echo real; ls forger-alive 2>/dev/null; exit 3")
+VICTIM = "rm -f forger-alive; sleep 0.5; echo real; ls forger-alive 2>/dev/null; exit 3"
+
+
+def assert_not_forged(victim: ExecOutcome) -> None:
+    """The later action's output and status are its own."""
     assert victim.stdout == "real\n" and victim.exit_code == 3, victim
     assert "FORGED" not in victim.stderr
+
+
+@pytest.fixture(params=["cgroups", "no-cgroups"])
+def either(request: pytest.FixtureRequest, sandbox_tools: None,
+           sandbox_root: Path) -> Iterator[BwrapBackend]:
+    """A backend with its cgroups, and one without (rlimits and the executor's kills only)."""
+    b = BwrapBackend(sandbox_root, SMALL_LIMITS, cgroups=request.param == "cgroups")
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+def test_a_leftover_process_cannot_forge_a_later_actions_output(either: BwrapBackend) -> None:
+    def run(command: str) -> ExecOutcome:
+        return _run(either, command)
+
+    assert "PLANTED" in run(FORGER).stdout
+    time.sleep(0.3)
+    assert_not_forged(run(VICTIM))
 
 
 def test_the_child_is_in_its_cgroup_and_on_its_cores_before_user_code(

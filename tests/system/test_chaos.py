@@ -11,6 +11,8 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import docker
+import docker_engine
 import pytest
 import redis
 
@@ -21,6 +23,7 @@ from tangram_celery.errors import ActionTimeout
 from tangram_celery.pools.launch import spawn_cpu_worker, wait_for_nodes
 from tangram_celery.pools.registry import Registry
 from tangram_celery.processes import stop_process
+from tangram_celery.sandbox.image import DEFAULT_TAG, ensure_image
 from tangram_celery.settings import Settings
 from tangram_celery.stack.broker import RedisServer, embedded_redis
 
@@ -29,6 +32,7 @@ pytestmark = pytest.mark.slow
 
 @contextlib.contextmanager
 def cluster(server: RedisServer, nodes: dict[str, int], logs: Path,
+            extra_env: dict[str, str] | None = None,
             ) -> Iterator[tuple[Settings, dict[str, subprocess.Popen[bytes]], dict[str, str]]]:
     root = Path("/var/tmp") / f"tangram-chaos-{uuid.uuid4().hex[:8]}"
     settings = Settings.from_env({}, redis_url=server.url, sandbox_root=root, max_timeout_s=5,
@@ -37,7 +41,7 @@ def cluster(server: RedisServer, nodes: dict[str, int], logs: Path,
     env = {"TANGRAM_REDIS_URL": server.url, "TANGRAM_SANDBOX_ROOT": str(root),
            "TANGRAM_MAX_TIMEOUT_S": "5", "TANGRAM_DEFAULT_TIMEOUT_S": "5",
            "TANGRAM_VISIBILITY_MARGIN_S": "6", "TANGRAM_NODE_HEARTBEAT_S": "0.5",
-           "TANGRAM_NODE_TTL_S": "3.0"}
+           "TANGRAM_NODE_TTL_S": "3.0", **(extra_env or {})}
     procs = {n: spawn_cpu_worker(env, n, c, logs / f"{n}.log") for n, c in nodes.items()}
     try:
         registry = Registry(redis.Redis.from_url(server.url), 3.0, 3600)
@@ -98,24 +102,54 @@ def check_exactly_once(client: redis.Redis, handles: list[ActionHandle]) -> dict
             "republished": republished}
 
 
-def test_worker_kill_loses_nothing(tmp_path: Path) -> None:
-    nodes = {"chaos-a": 1, "chaos-b": 1, "chaos-c": 1}
-    with embedded_redis(data_dir=tmp_path) as server, \
-            cluster(server, nodes, tmp_path) as (settings, procs, env), \
+@pytest.fixture()
+def docker_env() -> Iterator[dict[str, str]]:
+    """Node settings for the docker sandbox backend on a real engine holding the image."""
+    engine = docker_engine.acquire_for_tests("docker chaos")
+    try:
+        client = docker.DockerClient(base_url=engine.url, timeout=300)
+        try:
+            ensure_image(client, DEFAULT_TAG)
+        finally:
+            client.close()
+        yield {"TANGRAM_SANDBOX_BACKEND": "docker", "TANGRAM_SANDBOX_DOCKER_URL": engine.url}
+    finally:
+        docker_engine.release(engine)
+
+
+def kill_twice_and_check(server: RedisServer, tmp_path: Path, nodes: dict[str, int],
+                         count: int, trajectories: int, extra_env: dict[str, str]) -> None:
+    """Submit ``count`` actions; SIGKILL node ``chaos-b`` twice mid-run; every action is
+    answered exactly once."""
+    with cluster(server, nodes, tmp_path, extra_env) as (settings, procs, env), \
             TangramClient(settings) as client:
         raw = redis.Redis.from_url(server.url)
-        actions = [command_action(f"ck-{i % 50}", f"echo ck{i:04d}", id=f"ck{i:04d}")
-                   for i in range(1000)]
+        actions = [command_action(f"ck-{i % trajectories}", f"echo ck{i:04d}", id=f"ck{i:04d}")
+                   for i in range(count)]
         handles = client.submit_many(actions)
-        for threshold in (200, 550):
+        for threshold in (count // 5, count * 11 // 20):
             wait_until(lambda t=threshold: results_done(raw, handles) >= t, 180)
             procs["chaos-b"].kill()
             procs["chaos-b"].wait(10)
             time.sleep(0.5)
             procs["chaos-b"] = spawn_cpu_worker(env, "chaos-b", 1, tmp_path / "chaos-b.log")
         report = check_exactly_once(raw, handles)
-    print(f"worker-kill chaos: {report}, faults injected: 2 SIGKILLs")
-    assert report["actions"] == 1000
+    print(f"worker-kill chaos ({extra_env or 'bwrap'}): {report}, faults injected: 2 SIGKILLs")
+    assert report["actions"] == count
+
+
+def test_worker_kill_loses_nothing(tmp_path: Path) -> None:
+    with embedded_redis(data_dir=tmp_path) as server:
+        kill_twice_and_check(server, tmp_path, {"chaos-a": 1, "chaos-b": 1, "chaos-c": 1},
+                             1000, 50, {})
+
+
+def test_worker_kill_loses_nothing_on_the_docker_backend(
+    tmp_path: Path, docker_env: dict[str, str]
+) -> None:
+    with embedded_redis(data_dir=tmp_path) as server:
+        kill_twice_and_check(server, tmp_path, {"chaos-b": 1, "chaos-c": 1}, 300, 12,
+                             docker_env)
 
 
 def test_broker_restart_loses_nothing(tmp_path: Path) -> None:

@@ -56,6 +56,18 @@ def _checked(backend: SandboxBackend, spec: ExecSpec) -> None:
         raise SystemExit(f"{backend.name} sandbox run failed: {outcome.stderr.strip()}")
 
 
+def fork_exec() -> None:
+    """The machine's floor for any warm action: fork, exec ``/bin/sh -c true``, wait (no
+    sandbox, no pipes)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.execv("/bin/sh", ["/bin/sh", "-c", "true"])  # nosec B606 # a fixed command, the bench's floor
+        finally:
+            os._exit(127)
+    os.waitpid(pid, 0)
+
+
 def warm_true(backend: SandboxBackend, trajectory_id: str, core: int) -> Callable[[], None]:
     """``true`` in an existing trajectory."""
     spec = ExecSpec(trajectory_id, "true", {}, 30.0, (core,))

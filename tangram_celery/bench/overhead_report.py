@@ -15,6 +15,7 @@ LATENCIES = {
     "warm_exec_p50_ms": "warm_true",
     "warm_exec_true_p50_ms": "warm_true",
     "warm_exec_print_p50_ms": "warm_print",
+    "fork_exec_floor_p50_ms": "fork_exec",
     "cold_start_p50_ms": "cold",
     "docker_warm_exec_p50_ms": "docker_warm",
     "print_seq_p50_ms": "print_seq",

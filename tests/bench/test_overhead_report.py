@@ -9,6 +9,7 @@ KEYS = (
     "warm_exec_print_p50_ms", "cold_start_p50_ms", "docker_warm_exec_p50_ms",
     "print_seq_p50_ms", "baseline_print_seq_p50_ms", "print_32_inflight_per_s",
     "baseline_print_32_inflight_per_s", "cpu_32_inflight_per_s", "cpu_ceiling_per_s",
+    "fork_exec_floor_p50_ms",
 )
 
 
@@ -17,7 +18,7 @@ def test_the_report_has_every_key_and_checks_the_targets() -> None:
         "raw": [0.002, 0.002, 0.003], "tangram_trivial": [0.004], "warm_true": [0.001],
         "warm_print": [0.004], "cold": [0.008], "print_seq": [0.005],
         "baseline_print_seq": [0.020], "print_32": [200.0], "baseline_print_32": [80.0],
-        "cpu_32": [9.0],
+        "cpu_32": [9.0], "fork_exec": [0.0015],
     }
     report = report_of(samples, "no engine", n=3, rounds=1, cpu_alone_s=0.19, cores=2)
     assert all(key in report for key in KEYS)

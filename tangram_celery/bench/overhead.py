@@ -15,8 +15,8 @@ p50 milliseconds unless named ``_per_s``:
   (a Python ``print(1)``): ``run()`` on the bubblewrap backend in a live trajectory;
   ``cold_start_p50_ms``: its first action in a fresh trajectory; ``docker_warm_exec_p50_ms``:
   ``true`` in a live trajectory of the Docker backend; ``fork_exec_floor_p50_ms``: this
-  machine's floor for any of them, a bare fork, exec of ``/bin/sh -c true`` and wait from the
-  bench process (no sandbox, no pipes);
+  machine's floor for any of them, a bare fork, exec of ``/bin/sh -c true`` and wait from a
+  small stdlib Python process like the executor (no sandbox, no pipes, no cgroup);
 - ``print_seq_p50_ms`` / ``baseline_print_seq_p50_ms``: sequential ``print(1)`` requests;
 - ``print_32_inflight_per_s`` / ``baseline_print_32_inflight_per_s``: ``print(1)`` throughput
   with 32 requests in flight (32 trajectories);
@@ -147,7 +147,7 @@ def _rounds(app: Celery, client: TangramClient, waiter: ResultWaiter, rig: Rig, 
         out.add("tangram_trivial_setup", [r.timings.setup_s for r in results])
         out.add("tangram_trivial_exec", [r.timings.exec_s for r in results])
         out.add("warm_true", probes.timed(warm_true, per))
-        out.add("fork_exec", probes.timed(probes.fork_exec, per))
+        out.add("fork_exec", probes.fork_exec_floor(per))
         out.add("warm_print", probes.timed(warm_print, per))
         out.add("cold", probes.cold_starts(rig.bwrap, max(per // 3, 3), rig.core, "bench-cold"))
         if docker_true is not None:

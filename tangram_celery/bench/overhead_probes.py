@@ -9,6 +9,7 @@ the same warm action on the Docker backend. Request-level probes go through the 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import threading
@@ -56,16 +57,27 @@ def _checked(backend: SandboxBackend, spec: ExecSpec) -> None:
         raise SystemExit(f"{backend.name} sandbox run failed: {outcome.stderr.strip()}")
 
 
-def fork_exec() -> None:
-    """The machine's floor for any warm action: fork, exec ``/bin/sh -c true``, wait (no
-    sandbox, no pipes)."""
+FLOOR_CODE = """
+import json, os, sys, time
+out = []
+for _ in range(int(sys.argv[1])):
+    t0 = time.perf_counter()
     pid = os.fork()
     if pid == 0:
-        try:
-            os.execv("/bin/sh", ["/bin/sh", "-c", "true"])  # nosec B606 # a fixed command, the bench's floor
-        finally:
-            os._exit(127)
+        os.execv("/bin/sh", ["/bin/sh", "-c", "true"])
     os.waitpid(pid, 0)
+    out.append(time.perf_counter() - t0)
+print(json.dumps(out))
+"""
+
+
+def fork_exec_floor(n: int) -> list[float]:
+    """This machine's floor for any warm action: ``n`` forks, each an exec of
+    ``/bin/sh -c true`` and a wait, from a small stdlib Python process like the executor (no
+    sandbox, no pipes, no cgroup)."""
+    done = subprocess.run([SANDBOX_PYTHON, "-I", "-S", "-c", FLOOR_CODE, str(n)],
+                          capture_output=True, text=True, timeout=120, check=True)
+    return [float(x) for x in json.loads(done.stdout)]
 
 
 def warm_true(backend: SandboxBackend, trajectory_id: str, core: int) -> Callable[[], None]:

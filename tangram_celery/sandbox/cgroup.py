@@ -90,11 +90,13 @@ def read_pids(group: Path) -> set[int]:
     return {int(tok) for tok in text.split()}
 
 
-def kill_group(groups: Iterable[Path], deadline: float) -> bool:
-    """SIGKILL every process of the groups until they are empty or ``deadline`` passes."""
+def kill_group(groups: Iterable[Path], deadline: float,
+               spare: frozenset[int] = frozenset()) -> bool:
+    """SIGKILL every process of the groups but ``spare`` until only those are left or
+    ``deadline`` passes."""
     groups = list(groups)
     while True:
-        pids = set().union(*(read_pids(g) for g in groups)) if groups else set()
+        pids = set().union(*(read_pids(g) for g in groups)) - spare if groups else set()
         if not pids:
             return True
         for pid in pids:
@@ -138,9 +140,17 @@ def _write(path: Path, value: str) -> None:
 
 @dataclass
 class ActionCgroup:
-    """The cgroups of one action, one directory per controller."""
+    """The cgroups of one action, one directory per controller.
+
+    A trajectory's own groups hold its sandbox (bubblewrap and the warm executor, the
+    ``spare`` pids that :meth:`kill` leaves alone), so an action's child is born in them: no
+    migration, which on cgroup v1 waits for an RCU grace period (milliseconds) when the
+    hierarchy was idle. ``oom_base`` is the OOM-kill count before the current action.
+    """
 
     paths: dict[str, Path]
+    spare: frozenset[int] = frozenset()
+    oom_base: int = 0
 
     def procs_files(self) -> list[Path]:
         """The ``cgroup.procs`` files a launcher writes its pid into to join every group."""
@@ -150,20 +160,30 @@ class ActionCgroup:
         """Every process still in the action's groups."""
         return set().union(*(read_pids(p) for p in self.paths.values()))
 
-    def oom_killed(self) -> bool:
-        """Whether the memory controller OOM-killed a process of this action."""
+    def oom_count(self) -> int:
+        """How many processes the memory controller OOM-killed in these groups so far."""
         path = self.paths.get("memory")
         if path is None:
-            return False
+            return 0
         try:
             text = (path / "memory.oom_control").read_text()
         except OSError:
-            return False
+            return 0
         for line in text.splitlines():
             key, _, value = line.partition(" ")
             if key == "oom_kill" and value.strip().isdigit():
-                return int(value) > 0
-        return False
+                return int(value)
+        return 0
+
+    def oom_killed(self) -> bool:
+        """Whether the memory controller OOM-killed a process of this action."""
+        return self.oom_count() > self.oom_base
+
+    def join(self, pids: Iterable[int]) -> None:
+        """Move ``pids`` into every group; raises OSError."""
+        for procs in self.procs_files():
+            for pid in pids:
+                _write(procs, str(pid))
 
     def set_cpus(self, cpus: Iterable[int]) -> bool:
         """Pin the action to ``cpus`` from now on (its cpuset; running processes move at once,
@@ -176,8 +196,8 @@ class ActionCgroup:
         return True
 
     def kill(self, timeout_s: float = 2.0) -> bool:
-        """SIGKILL everything left in the groups; True when they are empty."""
-        return kill_group(self.paths.values(), time.monotonic() + timeout_s)
+        """SIGKILL everything left in the groups but the spare pids; True when that is all."""
+        return kill_group(self.paths.values(), time.monotonic() + timeout_s, self.spare)
 
     def remove(self, timeout_s: float = 2.0) -> bool:
         """Kill what is left and remove the groups; True when all are gone."""
@@ -236,16 +256,19 @@ class CgroupV1:
             return
         self.bases[controller] = base
 
-    def create(self, limits: CgroupLimits, uid: int, gid: int) -> ActionCgroup | None:
+    def create(self, limits: CgroupLimits, uid: int, gid: int,
+               prefix: str = "a") -> ActionCgroup | None:
         """Make one action's groups with ``limits``; the launcher (``uid``) may join them.
 
-        Returns None when no controller is usable. Raises OSError when a write fails (for example
-        cores outside the parent's cpuset); what was made is removed first.
+        ``prefix`` starts the groups' name (``a``: an action's, ``t``: a trajectory's); empty
+        ``limits.cpus`` take the base's cpuset. Returns None when no controller is usable.
+        Raises OSError when a write fails (for example cores outside the parent's cpuset);
+        what was made is removed first.
         """
         if not self.bases:
             return None
         self._counter += 1
-        name = f"a{self._counter}-{os.urandom(3).hex()}"
+        name = f"{prefix}{self._counter}-{os.urandom(3).hex()}"
         group = ActionCgroup({})
         try:
             for controller, base in self.bases.items():
@@ -283,7 +306,9 @@ def _apply(controller: str, path: Path, base: Path, limits: CgroupLimits) -> Non
     elif controller == "pids":
         _write(path / "pids.max", str(limits.pids))
     elif controller == "cpuset":
-        _write(path / "cpuset.cpus", format_cpus(limits.cpus))
+        cpus = format_cpus(limits.cpus) if limits.cpus else \
+            (base / "cpuset.cpus").read_text().strip()
+        _write(path / "cpuset.cpus", cpus)
         _write(path / "cpuset.mems", (base / "cpuset.mems").read_text().strip())
 
 

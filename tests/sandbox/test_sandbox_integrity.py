@@ -179,8 +179,32 @@ def test_the_child_is_in_its_cgroup_and_on_its_cores_before_user_code(
         groups = dict(line.split(":", 2)[1:] for line in out.stdout.splitlines()
                       if line.count(":") >= 2 and line.split(":", 1)[0].isdigit())
         for controller in backend.cgroups.controllers:
-            assert groups[controller].rstrip("/").split("/")[-1].startswith("a"), groups
+            base, name = groups[controller].rstrip("/").split("/")[-2:]
+            assert base == backend.cgroups.bases[controller].name, groups
+            assert name.startswith("t"), groups  # the trajectory's own groups, born inside
         assert f"Cpus_allowed_list:\t{second}\n" in out.stdout, out.stdout
+
+
+def test_a_concurrent_action_gets_groups_of_its_own_before_user_code(
+    run: Run, backend: BwrapBackend, two_cores: tuple[int, int]
+) -> None:
+    assert backend.cgroups is not None and "cpuset" in backend.cgroups.controllers
+    first, second = two_cores
+    report = "cat /proc/self/cgroup; grep Cpus_allowed_list /proc/self/status"
+    outs: list[ExecOutcome] = []
+    holder = threading.Thread(target=lambda: outs.append(run(f"{report}; sleep 1.5",
+                                                             cores=(first,))))
+    holder.start()
+    time.sleep(0.5)
+    other = run(report, cores=(second,))
+    holder.join(10)
+    names = []
+    for out, core in ((outs[0], first), (other, second)):
+        groups = dict(line.split(":", 2)[1:] for line in out.stdout.splitlines()
+                      if line.count(":") >= 2 and line.split(":", 1)[0].isdigit())
+        names.append({groups[c].rstrip("/").split("/")[-1][0] for c in backend.cgroups.controllers})
+        assert f"Cpus_allowed_list:\t{core}\n" in out.stdout, out.stdout
+    assert names == [{"t"}, {"a"}], names
 
 
 def test_a_dead_executor_gives_sandbox_lost_and_the_trajectory_goes_on(

@@ -9,9 +9,11 @@ on the host under the backend's root and persists between the trajectory's actio
 
 Inside runs a **warm executor** (:mod:`tangram_celery.sandbox.executor`) as the sandbox's pid 1,
 started with the sandbox (or ahead of it, in a ready sandbox) and reached only through a
-socketpair the node made. Per action it forks a child; the node moves the child into the
-action's cgroups (memory, pids, its exclusive cpuset; CPU affinity where cpuset is not writable)
-before the child runs user code, reads its output from pipes only the node holds and its exit
+socketpair the node made. The sandbox lives in the trajectory's own cgroups (memory, pids,
+cpuset): per action the node sets their cpuset to the action's exclusive cores and the executor
+forks a child, born in them (a second action running at the same time gets groups of its own
+and the node moves its child there; CPU affinity where cpuset is not writable), all before the
+child runs user code; the node reads its output from pipes only the node holds and its exit
 status from the executor's ``waitpid``. At exit or at the wall-clock timeout every process the
 action left is SIGKILLed. An action cannot signal or trace the executor (pid 1 of its namespace,
 not dumpable, ``ptrace`` refused by seccomp). When the executor dies under an action, the action
@@ -25,7 +27,8 @@ action to a short one (core loans, :mod:`tangram_celery.scheduling.loans`).
 
 The parts: :mod:`~tangram_celery.sandbox.bwrap.backend` (the backend: trajectories, work
 dirs, uids), :mod:`~tangram_celery.sandbox.bwrap.action` (one action: cgroups, placement,
-output, exit, kill), :mod:`~tangram_celery.sandbox.bwrap.warm` (the node's side of an
+output, exit, kill), :mod:`~tangram_celery.sandbox.bwrap.housing` (the trajectory's own
+cgroups), :mod:`~tangram_celery.sandbox.bwrap.warm` (the node's side of an
 executor), :mod:`~tangram_celery.sandbox.bwrap.ready` (sandboxes started ahead),
 :mod:`~tangram_celery.sandbox.bwrap.launch` (the sandbox's argv: rlimits, mounts, namespaces),
 :mod:`~tangram_celery.sandbox.bwrap.uids` (the uid pool) and

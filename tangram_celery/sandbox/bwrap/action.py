@@ -82,7 +82,7 @@ class ActionRunner:
     def execute(self, spec: ExecSpec, traj: Trajectory, t0: float) -> ExecOutcome:
         """Run ``spec`` (its files written) in ``traj``'s sandbox; ``t0``: when the call began."""
         executor = self.executor(traj)
-        group = self._make_cgroup(spec, traj)
+        group, shared = self._group_for(spec, traj)
         pin = None if group is None else Pin(core_set(spec.cores), group)
         if pin is not None:
             with self._lock:
@@ -93,7 +93,10 @@ class ActionRunner:
             if pin is not None:
                 with self._lock:
                     traj.pins.remove(pin)
-            if group is not None:
+            if shared:
+                with self._lock:
+                    traj.group_busy = False
+            elif group is not None:
                 group.remove()
             if spec.python is not None:
                 with contextlib.suppress(OSError):
@@ -114,6 +117,25 @@ class ActionRunner:
             if ended:
                 fresh.close()
             return fresh
+
+    def _group_for(self, spec: ExecSpec, traj: Trajectory) -> tuple[ActionCgroup | None, bool]:
+        """The action's cgroups, and whether they are the trajectory's own (its child is born
+        in them: no migration); its own ones when a concurrent action holds the trajectory's."""
+        with self._lock:
+            own = traj.group if traj.group is not None and not traj.group_busy else None
+            if own is not None:
+                traj.group_busy = True
+        if own is None:
+            return self._make_cgroup(spec, traj), False
+        try:
+            own.set_cpus(core_set(spec.cores))
+            own.oom_base = own.oom_count()
+        except OSError as exc:
+            with self._lock:
+                traj.group_busy = False
+            raise SandboxSetupError(f"cannot pin the trajectory's cgroups to cores "
+                                    f"{list(spec.cores)}: {exc}") from exc
+        return own, True
 
     def _make_cgroup(self, spec: ExecSpec, traj: Trajectory) -> ActionCgroup | None:
         if self.cgroups is None:
@@ -137,12 +159,12 @@ class ActionRunner:
             finished = pump(cast(subprocess.Popen[bytes], streams), {1: stdout, 2: stderr},
                             stdin_data, deadline)
             if not finished:
-                self._kill(executor, action, group)
+                self._kill(executor, action, group, traj.place_lock)
                 pump(cast(subprocess.Popen[bytes], streams), {1: stdout, 2: stderr}, None,
                      time.monotonic() + 2.0)
             status = executor.wait(action, EXIT_GRACE_S)
             if status is None:
-                self._kill(executor, action, group)
+                self._kill(executor, action, group, traj.place_lock)
                 status = executor.wait(action, EXIT_GRACE_S)
         finally:
             streams.close()
@@ -170,7 +192,8 @@ class ActionRunner:
         trajectory's executor, a fresh one if that died)."""
         for attempt in range(1, LAUNCH_TRIES + 1):
             try:
-                return self._launch(spec, executor, group, stdin_wanted, deadline)
+                return self._launch(spec, executor, group, stdin_wanted, deadline,
+                                    traj.place_lock)
             except _ChildGone as gone:
                 if attempt == LAUNCH_TRIES:
                     raise SandboxSetupError(f"cannot move the action into its cgroups: {gone} "
@@ -182,8 +205,21 @@ class ActionRunner:
         raise AssertionError("unreachable")
 
     def _launch(self, spec: ExecSpec, executor: WarmExecutor, group: ActionCgroup | None,
-                stdin_wanted: bool, deadline: float) -> tuple[_Streams, int, float]:
-        """Hand the action to the executor, place its child in the cgroups, let it go."""
+                stdin_wanted: bool, deadline: float,
+                place_lock: threading.Lock) -> tuple[_Streams, int, float]:
+        """Hand the action to the executor, place its child in the cgroups, let it go.
+
+        A child to be moved into groups of its own is born in the trajectory's: ``place_lock``
+        is held from its fork to its move, and by whatever kills the leftovers in the
+        trajectory's groups, so that kill never takes a child not yet moved.
+        """
+        moved = group is not None and not group.spare
+        with place_lock if moved else contextlib.nullcontext():
+            return self._launch_child(spec, executor, group, stdin_wanted, deadline, place_lock)
+
+    def _launch_child(self, spec: ExecSpec, executor: WarmExecutor, group: ActionCgroup | None,
+                      stdin_wanted: bool, deadline: float,
+                      place_lock: threading.Lock) -> tuple[_Streams, int, float]:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         in_r, in_w = os.pipe() if stdin_wanted else (os.open(os.devnull, os.O_RDONLY), -1)
@@ -194,7 +230,7 @@ class ActionRunner:
         try:
             action = executor.submit(self._request(spec, group),
                                      [in_r, out_w, err_w, child_end.fileno()],
-                                     on_exit=_killer(group))
+                                     on_exit=_killer(group, place_lock))
         finally:
             for fd in (in_r, out_w, err_w):
                 os.close(fd)
@@ -232,7 +268,7 @@ class ActionRunner:
         if pid is None:
             raise SandboxLostError("the sandbox's warm executor did not start the action's "
                                    "process; the next action gets a fresh executor")
-        if group is not None:
+        if group is not None and not group.spare:  # a trajectory's groups: born inside
             try:
                 for procs in group.procs_files():
                     with open(procs, "w") as fh:
@@ -242,13 +278,17 @@ class ActionRunner:
                     raise _ChildGone(str(exc)) from exc
                 raise SandboxSetupError(f"cannot move the action into its cgroups: {exc}") \
                     from exc
-        control.sendall(b"g")
+        try:
+            control.sendall(b"g")
+        except (BrokenPipeError, ConnectionResetError) as exc:  # it exited waiting for its go
+            raise _ChildGone(str(exc)) from exc
 
     @staticmethod
-    def _kill(executor: WarmExecutor, action: int, group: ActionCgroup | None) -> None:
+    def _kill(executor: WarmExecutor, action: int, group: ActionCgroup | None,
+              place_lock: threading.Lock) -> None:
         executor.kill(action)
         if group is not None:
-            group.kill()
+            kill_rest(group, place_lock)
 
     def _check_workdir(self, traj: Trajectory) -> tuple[int, bool]:
         quota = self.limits.workdir_mb * MB
@@ -261,18 +301,27 @@ class ActionRunner:
 
 
 class _ChildGone(Exception):
-    """The action's child exited before it was placed in its cgroups (it ran nothing)."""
+    """The action's child exited before it was placed in its cgroups or let go (it ran
+    nothing)."""
 
 
-def _killer(group: ActionCgroup | None) -> Callable[[], None] | None:
+def _killer(group: ActionCgroup | None, place_lock: threading.Lock
+            ) -> Callable[[], None] | None:
     """What kills the rest of an action's processes when its child exits."""
     if group is None:
         return None
 
     def kill() -> None:
-        group.kill()
+        kill_rest(group, place_lock)
 
     return kill
+
+
+def kill_rest(group: ActionCgroup, place_lock: threading.Lock) -> None:
+    """Kill what is left in an action's groups (in the trajectory's own groups, not while a
+    concurrent action's child waits there to be moved)."""
+    with place_lock if group.spare else contextlib.nullcontext():
+        group.kill()
 
 
 def _lost(traj: Trajectory, executor: WarmExecutor) -> SandboxError:

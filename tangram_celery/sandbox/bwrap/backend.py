@@ -20,6 +20,7 @@ from pathlib import Path
 from tangram_celery.errors import SandboxError, SandboxSetupError, WorkdirQuotaError
 from tangram_celery.sandbox.base import ExecOutcome, ExecSpec, SandboxLimits
 from tangram_celery.sandbox.bwrap.action import ActionRunner, core_set, kill_proc
+from tangram_celery.sandbox.bwrap.housing import house, unhouse
 from tangram_celery.sandbox.bwrap.launch import LaunchChain, find_tool, system_binds
 from tangram_celery.sandbox.bwrap.ready import READY_PREFIX, ReadyPool
 from tangram_celery.sandbox.bwrap.trajectory import Trajectory
@@ -195,8 +196,10 @@ class BwrapBackend:
         return path
 
     def _start_executor(self, traj: Trajectory) -> WarmExecutor:
-        """Start the trajectory's sandbox around a fresh warm executor."""
-        return WarmExecutor.start(lambda channel_fd: self._spawn_sandbox(traj, channel_fd))
+        """Start the trajectory's sandbox around a fresh warm executor, in its own cgroups."""
+        executor = WarmExecutor.start(lambda channel_fd: self._spawn_sandbox(traj, channel_fd))
+        house(self.cgroups, self.limits, traj, executor.proc.pid)
+        return executor
 
     def _spawn_sandbox(self, traj: Trajectory, channel_fd: int) -> subprocess.Popen[bytes]:
         fds: list[int] = []
@@ -286,7 +289,9 @@ class BwrapBackend:
             self._release_uid_when_clean(traj)
 
     def _dispose(self, traj: Trajectory) -> None:
-        """Remove an ended trajectory's dir; give its uid back once no action is running."""
+        """Remove an ended trajectory's dir and cgroups; give its uid back once no action is
+        running."""
+        unhouse(traj)
         shutil.rmtree(traj.path, ignore_errors=True)
         with self._lock:
             idle = traj.active == 0

@@ -24,8 +24,8 @@ class Pin:
 
 @dataclass
 class Trajectory:
-    """A live trajectory: its uid, work dir, warm executor and the pins of its running
-    actions."""
+    """A live trajectory: its uid, work dir, warm executor, its own cgroups and the pins of its
+    running actions."""
 
     trajectory_id: str
     uid: int
@@ -38,3 +38,8 @@ class Trajectory:
     released: bool = False
     executor: WarmExecutor | None = None
     start_lock: threading.Lock = field(default_factory=threading.Lock)
+    group: ActionCgroup | None = None
+    """The trajectory's own cgroups, holding its sandbox; one action at a time runs in them."""
+    group_busy: bool = False
+    place_lock: threading.Lock = field(default_factory=threading.Lock)
+    """Held from the fork of a child to be moved out of the trajectory's groups to its move."""

@@ -31,6 +31,7 @@ the container cannot run actions (text). On EOF it kills every process of ``UID`
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import select
@@ -49,6 +50,7 @@ PIDS_DIRS = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup")
 OOM_FILES = ("/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events")
 CHUNK = 1 << 16
 PR_CAPBSET_DROP = 24
+PR_SET_DUMPABLE = 4
 CAPS = (6, 7, 8)  # CAP_SETGID, CAP_SETUID, CAP_SETPCAP; SETPCAP last, as it allows the drops
 
 
@@ -90,7 +92,10 @@ def kill_uid(uid: int) -> None:
     for _ in range(20):
         if not owned_pids(uid):
             return
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:  # the pid cap is full: make_room reports it
+            return
         if pid == 0:
             try:
                 os.setgroups([])
@@ -198,8 +203,6 @@ def write_files(cwd: str, files: list[Any], blob: memoryview) -> list[str] | Non
 def drop_bounding_caps() -> None:
     """Empty the bounding set of the three capabilities the container has (CAP_SETGID,
     CAP_SETUID, CAP_SETPCAP), so an action's process holds none, not even as a bound."""
-    import ctypes
-
     prctl = ctypes.CDLL(None, use_errno=True).prctl
     for cap in CAPS:
         if prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
@@ -245,7 +248,13 @@ class Action:
         pipes = {name: os.pipe2(os.O_CLOEXEC) for name in ("stdin", "stdout", "stderr", "report")}
         ends = {"stdin": pipes["stdin"][0], "stdout": pipes["stdout"][1],
                 "stderr": pipes["stderr"][1], "report": pipes["report"][1]}
-        self.pid = os.fork()
+        try:
+            self.pid = os.fork()
+        except OSError:
+            for pair in pipes.values():
+                for fd in pair:
+                    os.close(fd)
+            raise
         if self.pid == 0:
             child(uid, req, blob, ends)
         for fd in ends.values():
@@ -367,7 +376,12 @@ def serve(uid: int) -> None:
             send(b"B", why.encode())
             continue
         send(b"K", json.dumps({"oom": oom_kills()}).encode())
-        Action(uid, req, memoryview(blob), wake_r).serve()
+        try:
+            action = Action(uid, req, memoryview(blob), wake_r)
+        except OSError as exc:
+            send(b"B", f"cannot start the action's process: {exc}".encode())
+            continue
+        action.serve()
     kill_uid(uid)
 
 
@@ -375,10 +389,7 @@ def main() -> None:
     """Serve the node as the container's resident executor for the uid given as ``argv[1]``."""
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, signal.SIG_DFL)
-    with contextlib.suppress(ImportError, AttributeError, OSError):
-        import ctypes
-
-        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+    ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     serve(int(sys.argv[1]))
 
 

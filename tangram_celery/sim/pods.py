@@ -5,7 +5,9 @@ Each trajectory gets its own pod when it starts and keeps it to its end, with a 
 unrequested CPU (Kubernetes' least-allocated spreading), at most ``cores / request`` pods per
 node and at most ``Costs.max_pods_per_node`` when that cap is on; a trajectory waits FCFS for a
 slot when the cluster is full. A pod is usable ``Costs.pod_start_s`` after it is placed, and
-every action pays ``Costs.exec_latency_s`` (the container exec path) before it runs.
+every action pays ``Costs.exec_latency_s`` (the container exec path) before it runs. With
+``Costs.api_qps`` set, each pod's creation waits for a token of the API client's bucket
+(:class:`TokenBucket`); the wait counts as the trajectory's queue.
 
 CPU sharing is the Linux CFS, idealised as a work-conserving fluid: an idle pod takes nothing;
 each running action absorbs at most ``min(S(threads), limit)`` cores, where ``S`` is its
@@ -68,6 +70,28 @@ def water_fill(demand: npt.NDArray[np.float64], capacity: float) -> npt.NDArray[
     level = (capacity - before[k]) / (n - k)
     shares: npt.NDArray[np.float64] = np.minimum(demand, level)
     return shares
+
+
+class TokenBucket:
+    """A client-side rate limiter (client-go's token bucket, golang.org/x/time/rate): ``rate``
+    tokens a second, at most ``burst`` held; a request takes one token, waiting for it when
+    none is left, and requests are served in order."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        if rate <= 0 or burst < 1:
+            raise ValueError(f"an API rate limit needs qps > 0 and burst >= 1, not {rate}, "
+                             f"{burst}")
+        self.rate = rate
+        self.burst = float(burst)
+        self.tokens = float(burst)
+        self.last = 0.0
+
+    def take(self, now: float) -> float:
+        """The time at which a request made at ``now`` is sent."""
+        self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
+        self.last = now
+        self.tokens -= 1.0
+        return now if self.tokens >= 0 else now - self.tokens / self.rate
 
 
 class PodNode:
@@ -133,6 +157,8 @@ class Pods:
             slots = min(slots, costs.max_pods_per_node)
         self.nodes = [PodNode(f"pods-{n}", cluster.cores_per_node, slots)
                       for n in range(cluster.cpu_nodes)]
+        self.api = (TokenBucket(costs.api_qps, costs.api_burst)
+                    if costs.api_qps is not None else None)
         self.placed: dict[int, tuple[int, float]] = {}
         self.pending: deque[int] = deque()
         self.blocked: dict[int, Live] = {}
@@ -153,7 +179,7 @@ class Pods:
             node = min(open_nodes, key=lambda n: (self.nodes[n].pods, n))
             trajectory = self.pending.popleft()
             self.nodes[node].pods += 1
-            self.placed[trajectory] = (node, now)
+            self.placed[trajectory] = (node, now if self.api is None else self.api.take(now))
             live = self.blocked.pop(trajectory, None)
             if live is not None:
                 self._schedule(live, now)

@@ -10,10 +10,10 @@ import pytest
 from tangram_celery.scheduling import Decision, Snapshot
 from tangram_celery.scheduling.ordering import DEFAULT_BYPASS_S
 from tangram_celery.sim.cluster import Cluster
-from tangram_celery.sim.costs import CONTROL_PLANE, SCHEDULING_ONLY, Costs
+from tangram_celery.sim.costs import CONTROL_PLANE, PRESETS, SCHEDULING_ONLY, Costs, charged
 from tangram_celery.sim.engine import Engine
 from tangram_celery.sim.invariants import violations
-from tangram_celery.sim.pods import water_fill
+from tangram_celery.sim.pods import TokenBucket, water_fill
 from tangram_celery.sim.policy import (
     DEFAULT_POLICY,
     POLICIES,
@@ -111,6 +111,34 @@ def test_static_control_plane_costs_are_charged() -> None:
     assert all(r.overhead >= 0.1 - 1e-9 for r in charged.records)
     assert max(r.queue for r in firsts) > 0  # 24 trajectories, 8 pod slots: some wait
     assert violations(load, charged) == []
+
+
+def test_the_api_token_bucket_sends_a_burst_then_one_request_per_token() -> None:
+    bucket = TokenBucket(rate=2.0, burst=3)
+    sent = [bucket.take(0.0) for _ in range(5)]
+    assert sent == [0.0, 0.0, 0.0, pytest.approx(0.5), pytest.approx(1.0)]
+    assert bucket.take(10.0) == 10.0
+    with pytest.raises(ValueError, match="qps > 0"):
+        TokenBucket(rate=0.0, burst=1)
+
+
+def test_a_system_is_charged_only_the_costs_it_pays() -> None:
+    assert charged(CONTROL_PLANE, pooled=True) == Costs(dispatch_s=CONTROL_PLANE.dispatch_s)
+    assert charged(CONTROL_PLANE, pooled=False).dispatch_s == 0.0
+    assert charged(PRESETS["pods110"], pooled=True) == SCHEDULING_ONLY
+    assert charged(PRESETS["pods110"], pooled=False).max_pods_per_node == 110
+
+
+def test_static_pod_creations_wait_for_the_api_rate_limit() -> None:
+    load, cluster = small("coding")
+    alone = simulate(load, "static", cluster, SCHEDULING_ONLY)
+    limited = simulate(load, "static", cluster, Costs(api_qps=1.0, api_burst=4))
+    starts = sorted(r.started for r in limited.records if r.index == 0)
+    assert all(r.queue == 0 for r in alone.records if r.index == 0)
+    assert max(r.queue for r in limited.records if r.index == 0) > 0
+    assert all(at >= i - 3 - 1e-9 for i, at in enumerate(starts))  # 4 at once, then 1/s
+    assert max(r.started for r in alone.records if r.index == 0) < starts[-1]
+    assert violations(load, limited) == []
 
 
 def test_water_fill_is_max_min_fair_and_work_conserving() -> None:

@@ -13,11 +13,12 @@ from typing import Any
 
 from tangram_celery.bench import plots
 from tangram_celery.bench.mopd_real import report_notes, setup_text
-from tangram_celery.bench.plan import Point, headline
+from tangram_celery.bench.plan import headline
 from tangram_celery.bench.report import Section, index, section, write_readme
 from tangram_celery.bench.resolve import Plan, gpu_config, physics
 from tangram_celery.bench.summary import Summary
 from tangram_celery.bench.tables import gpu_parity
+from tangram_celery.sim.durations import DEFAULT_DURATIONS
 from tangram_celery.sim.record import RunResult
 
 FIELDS = ("trajectory", "index", "kind", "node", "units", "submitted", "started", "finished",
@@ -33,9 +34,11 @@ def write(args: argparse.Namespace, command: str, plan: Plan, results: list[RunR
     (folder / f"{name}.json").write_text(json.dumps([asdict(s) for s in summaries], indent=1))
     chosen = headline(plan.points, plan.base, args.sweep).as_dict()
     top = [s for s in summaries if s.point == chosen]
-    plotted = _plots(folder, name, args.sweep, plan.presets, results, summaries, chosen)
-    setup = _setup(args, plan.points, results)
-    notes = _notes(args, plan, summaries, results)
+    first = [i for i, r in enumerate(results) if r.seed == plan.seeds[0]]
+    plotted = _plots(folder, name, args.sweep, plan.presets, [results[i] for i in first],
+                     [summaries[i] for i in first], chosen)
+    setup = _setup(args, plan, results)
+    notes = _notes(args, plan, [summaries[i] for i in first], results)
     text = section(Section(name, command, setup, tuple(plan.presets), args.sweep, top,
                            summaries, plotted, notes))
     (folder / f"{name}.md").write_text(text + "\n")
@@ -52,7 +55,8 @@ def _notes(args: argparse.Namespace, plan: Plan, summaries: list[Summary],
     if args.mode == "real" and args.workload == "mopd":
         return report_notes(gpu_config(args, plan.base), summaries, results)
     if args.sweep == "gpus":
-        return tuple(gpu_parity(summaries, preset) for preset in plan.presets)
+        seed = f" (seed {plan.seeds[0]})" if len(plan.seeds) > 1 else ""
+        return tuple(gpu_parity(summaries, preset) + seed for preset in plan.presets)
     if args.mode == "real":
         return ("*simulated, same workload and node*: the simulator on one node of the same "
                 "cores, the same seeded workload, with the control-plane costs (tangram's "
@@ -85,8 +89,8 @@ def _plots(folder: Path, name: str, sweep: str | None, presets: list[str],
     return made
 
 
-def _setup(args: argparse.Namespace, all_points: list[Point],
-           results: list[RunResult]) -> str:
+def _setup(args: argparse.Namespace, plan: Plan, results: list[RunResult]) -> str:
+    all_points = plan.points
     wall = sum(r.wall_s for r in results)
     if args.mode == "real" and args.workload == "mopd":
         return setup_text(gpu_config(args, all_points[0]), all_points, args.seed, results)
@@ -98,11 +102,22 @@ def _setup(args: argparse.Namespace, all_points: list[Point],
     cluster = all_points[0].cluster(physics(args))
     rows = "\n".join(f"| {flag} | {value} | {source} |"
                      for flag, value, source in cluster.physics())
+    seeds = ", ".join(str(seed) for seed in plan.seeds)
+    many = (f"seeds {seeds} (each figure: the mean over them, (min-max) their range; plots "
+            f"and per-system tables: seed {plan.seeds[0]})" if len(plan.seeds) > 1
+            else f"seed {seeds}")
     return (f"Simulated: CPU nodes of 256 cores, GPU nodes of 8 x 80 GB GPUs; workload "
-            f"`{args.workload}`, seed {args.seed}; points "
+            f"`{args.workload}`, {many}; durations told to the policies: "
+            f"`{getattr(args, 'durations', DEFAULT_DURATIONS)}`; points "
             f"{[p.as_dict() for p in all_points]}; {len(results)} runs in {wall:.0f} s of "
-            "simulation wall time on this machine.\n\nPhysical costs (charged in every "
-            "preset):\n\n| flag | value | source |\n| --- | --- | --- |\n" + rows)
+            f"simulation wall time on this machine{_reused(results)}.\n\nPhysical costs "
+            "(charged in every preset):\n\n| flag | value | source |\n| --- | --- | --- |\n" + rows)
+
+
+def _reused(results: list[RunResult]) -> str:
+    same = sum(1 for r in results if r.same_as)
+    return (f" ({same} of them reuse the run of another preset that charges that system the "
+            "same costs, e.g. a pod cap charges pooled systems nothing)" if same else "")
 
 
 def acts_by_kind(result: RunResult) -> dict[str, list[float]]:

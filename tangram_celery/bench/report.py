@@ -2,7 +2,9 @@
 
 A section starts with the exact command that produced it, the setup and the cost flags with
 their sources, then the headline ratios (baseline / tangram, once per cost preset), a comparison
-of the systems, one table per system, the sweep table and the plots.
+of the systems, one table per system (of the first seed), the sweep tables (external time per
+trajectory and RL step time) and the plots. With several seeds every figure is the mean over
+them with the range in brackets.
 """
 
 from __future__ import annotations
@@ -22,14 +24,19 @@ from tangram_celery.bench.tables import (
 )
 from tangram_celery.sim.costs import LABELS, PRESETS, describe
 
+SWEPT = (("external time per trajectory", lambda s: s.external),
+         ("RL step time (the step's last trajectory's end)", lambda s: s.step))
+
 TITLE = "# Benchmark results"
 INTRO = (
     "Produced by `tangram bench` (see each section's command); do not edit by hand: rerun the "
     "commands. Ratios are baseline / tangram (> 1: tangram is faster). *External time per "
     "trajectory* is the sum of a trajectory's action completion times (ACT = queue + exec + "
-    "overhead). Cost presets: *scheduling effects alone* charges no control-plane cost to "
-    "any system; *with control-plane costs* charges every system the documented costs listed "
-    "in its section."
+    "overhead); the *RL step time* is the end of the step's last trajectory. Where a section "
+    "ran several seeds, a figure is the mean over them and (min-max) their range; a ratio is "
+    "the mean of each seed's ratio. Cost presets: *scheduling effects alone* charges no "
+    "control-plane cost to any system; *with control-plane costs* charges every system the "
+    "documented costs listed in its section; a single-cost preset charges one of them alone."
 )
 ORDER = ("coding-sim", "coding-real", "mopd-sim", "deepsearch-sim")
 
@@ -55,28 +62,42 @@ def section(s: Section) -> str:
     lines += [f"- {note}" for note in s.notes]
     if s.notes:
         lines.append("")
-    if "cp" in s.costs:
-        lines += ["Control-plane cost flags (preset *with control-plane costs*):", "",
-                  "| flag | value | source |", "| --- | --- | --- |"]
-        lines += [f"| {flag} | {value} | {source} |"
-                  for flag, value, source in describe(PRESETS["cp"])]
-        lines.append("")
+    lines += cost_lines(s.costs)
     point = ", ".join(f"{k} {v}" for k, v in s.headline[0].point.items()) if s.headline else ""
     lines += [f"### Headline ratios ({point})", ""]
     lines += [*headline_table(s.headline, s.costs, LABELS), ""]
     lines += ["### Systems side by side", "", *comparison_table(s.headline), ""]
-    for summary in s.headline:
+    seeds = list(dict.fromkeys(summary.seed for summary in s.headline))
+    which = f", seed {seeds[0]}" if len(seeds) > 1 else ""
+    for summary in (x for x in s.headline if x.seed == seeds[0]):
         label = LABELS.get(summary.costs, summary.costs)
-        lines += [f"#### {summary.system}, {label}", "", *system_table(summary), ""]
+        lines += [f"#### {summary.system}, {label}{which}", "", *system_table(summary), ""]
     if s.sweep:
         for preset in s.costs:
-            lines += [f"### Sweep over {s.sweep}, {LABELS.get(preset, preset)}", "",
-                      "Each cell: external time per trajectory s / mean ACT s (external-time "
-                      "ratio to tangram).", ""]
-            lines += [*sweep_table(s.summaries, s.sweep, preset), ""]
+            for title, metric in SWEPT:
+                lines += [f"### Sweep over {s.sweep}, {LABELS.get(preset, preset)}: {title}",
+                          "", "Each cell: seconds (ratio to tangram, > 1: tangram is faster).",
+                          ""]
+                lines += [*sweep_table(s.summaries, s.sweep, preset, metric), ""]
     for caption, path in s.plots.items():
         lines += [f"![{caption}]({path})", ""]
     return "\n".join(lines)
+
+
+def cost_lines(presets: Sequence[str]) -> list[str]:
+    """The flags each control-plane cost preset charges, then each flag's source."""
+    charged = [p for p in presets if p in PRESETS and describe(PRESETS[p])]
+    if not charged:
+        return []
+    lines = ["Control-plane cost presets (each charges the flags named, every other cost off):",
+             "", "| preset | flags |", "| --- | --- |"]
+    lines += [f"| {LABELS.get(p, p)} | "
+              f"{', '.join(f'{flag} {value}' for flag, value, _ in describe(PRESETS[p]))} |"
+              for p in charged]
+    sources = {flag: source for p in charged for flag, _, source in describe(PRESETS[p])}
+    lines += ["", "| flag | source |", "| --- | --- |"]
+    lines += [f"| {flag} | {source} |" for flag, source in sources.items()]
+    return [*lines, ""]
 
 
 def index(sections: dict[str, str]) -> str:
@@ -92,7 +113,7 @@ def index(sections: dict[str, str]) -> str:
 README_BEGIN = "<!-- results:begin -->"
 README_END = "<!-- results:end -->"
 README_METRICS = ("external time per trajectory", "exec ACT", "reward ACT (test run / reward call)",
-                  "GPUs for equal mean ACT", "model restores")
+                  "makespan / step time", "GPUs for equal mean ACT", "model restores")
 _PLOT = re.compile(r"^!\[(?P<caption>[^\]]*)\]\((?P<path>[^)]+)\)$")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tangram_celery.bench import mopd_real
 from tangram_celery.bench.elastic import real_workload
@@ -25,13 +25,15 @@ REAL_WORKLOADS = ("coding", "mopd")
 
 @dataclass(frozen=True)
 class Plan:
-    """What to run: the points (and the base they vary), the systems, the cost presets."""
+    """What to run: the points (and the base they vary), the systems, the cost presets, the
+    seeds; ``workload`` gives the workload of a point and seed."""
 
     points: list[Point]
     base: Point
     systems: list[str]
     presets: list[str]
-    workload: Callable[[Point], Workload]
+    workload: Callable[[Point, int], Workload]
+    seeds: list[int] = field(default_factory=lambda: [1])
 
 
 def resolve(args: argparse.Namespace) -> Plan:
@@ -73,24 +75,44 @@ def resolve(args: argparse.Namespace) -> Plan:
     presets = ["real", "sim"] if real else args.costs.split(",")
     unknown = [p for p in presets if p not in PRESETS and not real]
     if unknown:
-        raise ValueError(f"unknown cost presets {unknown}; use sched and/or cp")
+        raise ValueError(f"unknown cost presets {unknown}; use {', '.join(PRESETS)}")
     if args.workload == "trace" and args.trace is None:
         raise ValueError("give --trace FILE for the trace workload")
     if args.workload == "trace" and args.sweep in ("batch", "parallel"):
         raise ValueError(f"a trace's size and shape are fixed: --sweep {args.sweep} does not "
                          "apply; sweep cores or gpus")
     trace = read_trace(args.trace) if args.workload == "trace" else None
+    seeds = seed_list(getattr(args, "seeds", None), args.seed)
+    if real and len(seeds) > 1:
+        raise ValueError("--seeds applies to the simulated mode; run the real stack once per "
+                         "--seed")
 
-    def workload(point: Point) -> Workload:
+    def workload(point: Point, seed: int) -> Workload:
         if gpu_real:
             config = gpu_config(args, point)
-            return mopd_real.real_workload(point.batch, args.seed, config.time_scale,
+            return mopd_real.real_workload(point.batch, seed, config.time_scale,
                                            config.think_scale)
         if real:
-            return real_workload(point.batch, args.seed, point.cores)
-        return workload_at(args.workload, point, args.seed, trace)
+            return real_workload(point.batch, seed, point.cores)
+        return workload_at(args.workload, point, seed, trace)
 
-    return Plan(planned, base, systems, presets, workload)
+    return Plan(planned, base, systems, presets, workload, seeds)
+
+
+def seed_list(text: str | None, seed: int) -> list[int]:
+    """The seeds of ``--seeds`` (comma-separated, distinct), else ``[seed]``; ValueError
+    names a bad one."""
+    if not text:
+        return [seed]
+    seeds = []
+    for part in text.split(","):
+        try:
+            seeds.append(int(part))
+        except ValueError:
+            raise ValueError(f"--seeds: {part.strip()!r} is not an integer") from None
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds: each seed once, not {text}")
+    return seeds
 
 
 def sweep_values(text: str | None, sweep: str | None) -> tuple[float, ...] | None:

@@ -64,8 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="GPUs (multiple of 8): 40, mopd real 24 (static needs 20 to host "
                              "one replica of each of the 8 teachers)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seeds", default=None,
+                        help="sim: comma-separated seeds, e.g. 1,2,3; every table gives the mean "
+                             "and (range) over them (default: --seed alone)")
     parser.add_argument("--costs", default="sched,cp",
-                        help="cost presets: sched (scheduling alone), cp (control plane)")
+                        help="cost presets: sched (scheduling alone), cp (control plane), or "
+                             "one control-plane cost alone: pods110, pods256, podstart, exec, "
+                             "api, dispatch (see sim.costs)")
     parser.add_argument("--policy", default=DEFAULT_POLICY, help="tangram's default policy")
     parser.add_argument("--durations", default=DEFAULT_DURATIONS,
                         help="sim: what CPU policies are told of durations: learned online "
@@ -123,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan, results, summaries = runs.with_measured(args, plan, results)
     by_point = {str(p.as_dict()): p for p in plan.points}
     failures = [(r.system, problem) for r in results
-                for problem in violations(plan.workload(by_point[str(r.point)]), r)][:10]
+                for problem in violations(plan.workload(by_point[str(r.point)], r.seed), r)][:10]
     write(args, command, plan, results, summaries)
     for name, problem in failures:
         print(f"invariant violated ({name}): {problem}", file=sys.stderr)

@@ -59,6 +59,8 @@ class Summary:
     decide_ms: float
     sched_share: float
     extra: dict[str, float] = field(default_factory=dict)
+    seed: int = 0
+    """The workload's seed (runs of one system, preset and point differ only in it)."""
 
     def kind(self, name: str) -> KindStats | None:
         """The statistics of one kind (``all`` for every action), if it occurred."""
@@ -116,7 +118,7 @@ def summarize(result: RunResult, costs: str) -> Summary:
         used=float(sum(r.used for r in result.records if r.pool in UNIT_POOLS)),
         decide_calls=result.decide_calls,
         decide_ms=1000 * result.decide_s / result.decide_calls if result.decide_calls else 0.0,
-        sched_share=sched / mean_act if mean_act > 0 else 0.0,
+        sched_share=sched / mean_act if mean_act > 0 else 0.0, seed=result.seed,
     )
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import statistics
+from collections.abc import Callable, Sequence
 
 from tangram_celery.bench.summary import ALL, Summary, ratio
 
@@ -74,57 +75,119 @@ METRICS = (
 )
 
 
+Metric = Callable[[Summary], float]
+BySeed = dict[tuple[str, str], dict[int, Summary]]
+STEP = ("makespan / step time", METRICS[-1][1])
+"""The RL step time: the mean step's end (its last trajectory's), the makespan without steps."""
+
+
+def spread(values: Sequence[float], times: bool = False) -> str:
+    """The mean of ``values`` (NaN dropped), with their range in brackets when there are
+    several (seeds); ``times``: written as ratios (``1.23x``)."""
+    clean = [v for v in values if not math.isnan(v)]
+    if not clean:
+        return "n/a"
+
+    def fmt(value: float) -> str:
+        return f"{value:.2f}" if times else _num(value)
+
+    mean = fmt(statistics.fmean(clean)) + ("x" if times else "")
+    return mean if len(clean) == 1 else f"{mean} ({fmt(min(clean))}-{fmt(max(clean))})"
+
+
+def by_seed(summaries: Sequence[Summary]) -> BySeed:
+    """The summaries per (system, cost preset), each keyed by its seed (one point)."""
+    by: BySeed = {}
+    for s in summaries:
+        by.setdefault((s.system, s.costs), {})[s.seed] = s
+    return by
+
+
+def seed_ratios(mine: dict[int, Summary] | None, ref: dict[int, Summary] | None,
+                metric: Metric) -> list[float]:
+    """Per seed both ran, ``metric`` of ``mine`` / ``metric`` of ``ref``."""
+    if not mine or not ref:
+        return []
+    return [ratio(metric(mine[seed]), metric(ref[seed])) for seed in mine if seed in ref]
+
+
+def best_fixed(by: BySeed, preset: str, metric: Metric) -> str | None:
+    """The fixed-DoP system with the least mean ``metric`` over the seeds under ``preset``."""
+    fixed = [name for name, costs in by if costs == preset and name.startswith("fixed-dop-")]
+    return min(fixed, key=lambda n: statistics.fmean(metric(s) for s in by[(n, preset)].values()),
+               default=None)
+
+
 def headline_table(summaries: Sequence[Summary], costs: Sequence[str],
                    labels: dict[str, str]) -> list[str]:
-    """Ratios baseline / tangram for each metric, one column per cost preset."""
-    by = {(s.system, s.costs): s for s in summaries}
-    baselines = sorted({s.system for s in summaries if s.system != REFERENCE},
-                       key=[s.system for s in summaries].index)
+    """Ratios baseline / tangram for each metric, one column per cost preset: the mean over
+    the seeds of each seed's ratio, and their range; then the best fixed DoP's (least
+    external time, resp. step time, over the seeds) with its name."""
+    by = by_seed(summaries)
+    baselines = list(dict.fromkeys(s.system for s in summaries if s.system != REFERENCE))
     header = ["baseline", "metric", *(f"ratio: {labels.get(c, c)}" for c in costs)]
     rows = []
     for baseline in baselines:
         for name, metric in METRICS:
-            cells = []
-            for preset in costs:
-                mine, ref = by.get((baseline, preset)), by.get((REFERENCE, preset))
-                value = ratio(metric(mine), metric(ref)) if mine and ref else float("nan")
-                cells.append("n/a" if math.isnan(value) else f"{value:.2f}x")
+            cells = [spread(seed_ratios(by.get((baseline, preset)), by.get((REFERENCE, preset)),
+                                        metric), times=True) for preset in costs]
             if any(c != "n/a" for c in cells):
                 rows.append([baseline, name, *cells])
+    for name, metric in (METRICS[0], STEP):
+        cells = []
+        for preset in costs:
+            best = best_fixed(by, preset, metric)
+            ratios = seed_ratios(by.get((best, preset)) if best else None,
+                                 by.get((REFERENCE, preset)), metric)
+            cells.append(f"{spread(ratios, times=True)}, {best}" if ratios else "n/a")
+        if any(c != "n/a" for c in cells):
+            rows.append(["best fixed DoP", name, *cells])
     return _table(header, rows)
 
 
 def comparison_table(summaries: Sequence[Summary]) -> list[str]:
-    """One line per system: the headline metrics side by side (seconds)."""
-    rows = [[s.system, s.costs, _num(s.external), _num(s.mean_act), _num(kind_act(s, "exec")),
-             _num(reward_act(s)), _num(s.trajectory), _num(s.step), _num(s.reserved)]
-            for s in summaries]
-    return _table(["system", "costs", "ext. time/traj s", "mean ACT s", "exec ACT s",
-                   "reward ACT s", "traj. time s", "makespan/step s", "reserved unit-s"], rows)
+    """One line per system and preset: the headline metrics side by side (seconds), the mean
+    over the seeds with their range."""
+    metrics: tuple[Metric, ...] = (
+        lambda s: s.external, lambda s: s.step, lambda s: s.mean_act,
+        lambda s: kind_act(s, "exec"), reward_act, lambda s: s.trajectory,
+        lambda s: s.reserved)
+    rows = [[system, costs, *(spread([m(s) for s in runs.values()]) for m in metrics)]
+            for (system, costs), runs in by_seed(summaries).items()]
+    return _table(["system", "costs", "ext. time/traj s", "RL step time s", "mean ACT s",
+                   "exec ACT s", "reward ACT s", "traj. time s", "reserved unit-s"], rows)
 
 
-def sweep_table(summaries: Sequence[Summary], axis: str, preset: str) -> list[str]:
-    """Per sweep point: each system's external time per trajectory and mean ACT, with the
-    ratio to tangram in brackets."""
+def sweep_table(summaries: Sequence[Summary], axis: str, preset: str,
+                metric: Metric = METRICS[0][1]) -> list[str]:
+    """Per sweep point: each system's ``metric`` (mean and range over the seeds) with its
+    ratio to tangram in brackets, then the best fixed DoP's ratio."""
     chosen = [s for s in summaries if s.costs == preset]
     systems = list(dict.fromkeys(s.system for s in chosen))
     points = sorted({s.point[axis] for s in chosen}, key=float)  # type: ignore[arg-type]
-    by = {(s.system, s.point[axis]): s for s in chosen}
+    per_point = {point: by_seed([s for s in chosen if s.point[axis] == point])
+                 for point in points}
+    fixed = any(name.startswith("fixed-dop-") for name in systems)
     rows = []
     for point in points:
-        ref = by.get((REFERENCE, point))
+        by = per_point[point]
+        ref = by.get((REFERENCE, preset))
         cells = [str(point)]
         for system in systems:
-            mine = by.get((system, point))
+            mine = by.get((system, preset))
             if mine is None:
                 cells.append("n/a")
                 continue
-            cell = f"{_num(mine.external)} / {_num(mine.mean_act)}"
+            cell = spread([metric(s) for s in mine.values()])
             if ref is not None and system != REFERENCE:
-                cell += f" ({ratio(mine.external, ref.external):.2f}x)"
+                cell += f" ({spread(seed_ratios(mine, ref, metric), times=True)})"
             cells.append(cell)
+        if fixed:
+            best = best_fixed(by, preset, metric)
+            ratios = seed_ratios(by.get((best, preset)) if best else None, ref, metric)
+            cells.append(f"{spread(ratios, times=True)}, {best}" if ratios else "n/a")
         rows.append(cells)
-    return _table([axis, *systems], rows)
+    return _table([axis, *systems, *(["best fixed DoP"] if fixed else [])], rows)
 
 
 def gpu_parity(summaries: Sequence[Summary], preset: str, baseline: str = "static") -> str:

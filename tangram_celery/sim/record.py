@@ -75,6 +75,9 @@ class RunResult:
     workload: str
     point: dict[str, Any]
     costs: str = ""
+    seed: int = 0
+    same_as: str = ""
+    """The preset whose run this one is, when both charge this system the same costs."""
     records: list[ActionRecord] = field(default_factory=list)
     allocations: list[Allocation] = field(default_factory=list)
     capacity: dict[str, float] = field(default_factory=dict)

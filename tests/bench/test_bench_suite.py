@@ -46,6 +46,29 @@ def test_sweep_table_and_plot(tmp_path: Path) -> None:
     assert "### Sweep over batch" in text and "| 4 |" in text and "| 8 |" in text
 
 
+def test_seeds_give_every_figure_as_a_mean_and_range(tmp_path: Path) -> None:
+    code = main(["coding", "--batch", "8", "--cores", "256", "--systems", "tangram,fixed-dop-4",
+                 "--costs", "sched,pods256", "--seeds", "1,2", "--out", str(tmp_path)])
+    assert code == 0
+    summaries = json.loads((tmp_path / "bench" / "coding-sim.json").read_text())
+    assert sorted({(s["system"], s["costs"], s["seed"]) for s in summaries}) == sorted(
+        (system, costs, seed) for system in ("tangram", "fixed-dop-4")
+        for costs in ("sched", "pods256") for seed in (1, 2))
+    text = (tmp_path / "bench" / "coding-sim.md").read_text()
+    assert "seeds 1, 2 (each figure: the mean over them" in text
+    assert "durations told to the policies: `learned`" in text
+    assert "| pod cap 256 per node alone | max_pods_per_node 256 |" in text
+    row = next(line for line in text.splitlines()
+               if line.startswith("| fixed-dop-4 | external time per trajectory |"))
+    assert re.fullmatch(r"(\| [^|]+ ){2}(\| \d+\.\d\dx \(\d+\.\d\d-\d+\.\d\d\) ){2}\|", row)
+    assert "| best fixed DoP | makespan / step time |" in text
+    assert "#### tangram, scheduling effects alone, seed 1" in text
+    assert "#### tangram, scheduling effects alone, seed 2" not in text
+    assert "(4 of them reuse the run of another preset" in text  # pooled: no pod cap
+    again = [s for s in summaries if s["system"] == "tangram" and s["seed"] == 1]
+    assert again[0]["external"] == again[1]["external"]
+
+
 def test_gpu_sweep_skips_what_cannot_fit(tmp_path: Path) -> None:
     code = main(["mopd", "--sweep", "gpus", "--points", "8,24", "--batch", "8", "--systems",
                  "tangram,static", "--costs", "sched", "--out", str(tmp_path)])
@@ -95,6 +118,9 @@ def test_robustness_sweep_prints_the_comparison(tmp_path: Path,
     (["coding", "--sweep", "parallel", "--points", "0.5,1.5"], r"\[0, 1\], not 1.5"),
     (["coding", "--points", "8"], "add --sweep"),
     (["coding", "--group", "0"], "--group must be a positive integer"),
+    (["coding", "--seeds", "1,x"], "--seeds: 'x' is not an integer"),
+    (["coding", "--seeds", "2,2"], "each seed once"),
+    (["coding", "--mode", "real", "--seeds", "1,2"], "--seeds applies to the simulated mode"),
     (["coding", "--mode", "real", "--group", "4"], "--group applies to the simulated"),
     (["trace", "--trace", "/nonexistent/mine.jsonl"], "cannot read the trace file"),
     (["mopd", "--gpus", "8", "--batch", "4", "--systems", "static", "--costs", "sched"],

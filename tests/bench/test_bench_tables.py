@@ -1,0 +1,61 @@
+"""The report's tables over several seeds: means, ranges, per-seed ratios, the best fixed DoP."""
+
+from __future__ import annotations
+
+from tangram_celery.bench.report import cost_lines
+from tangram_celery.bench.summary import Summary
+from tangram_celery.bench.tables import (
+    comparison_table,
+    headline_table,
+    spread,
+    sweep_table,
+)
+
+
+def run(system: str, seed: int, external: float, step: float, batch: int = 8,
+        costs: str = "sched") -> Summary:
+    return Summary(system=system, costs=costs, point={"batch": batch}, kinds=(),
+                   external=external, trajectory=external, makespan=step, step=step,
+                   reserved=0.0, used=0.0, decide_calls=0, decide_ms=0.0, sched_share=0.0,
+                   seed=seed)
+
+
+RUNS = [run("tangram", 1, 10.0, 100.0), run("tangram", 2, 20.0, 100.0),
+        run("fixed-dop-4", 1, 12.0, 150.0), run("fixed-dop-4", 2, 30.0, 150.0),
+        run("fixed-dop-8", 1, 11.0, 120.0), run("fixed-dop-8", 2, 40.0, 130.0)]
+
+
+def test_spread_gives_the_mean_and_the_range_of_several_values() -> None:
+    assert spread([1.0, 2.0, 6.0]) == "3.00 (1.00-6.00)"
+    assert spread([1.5], times=True) == "1.50x"
+    assert spread([1.2, 1.4, float("nan")], times=True) == "1.30x (1.20-1.40)"
+    assert spread([]) == "n/a"
+
+
+def test_headline_ratios_are_the_mean_of_each_seeds_ratio() -> None:
+    lines = headline_table(RUNS, ["sched"], {"sched": "alone"})
+    rows = {tuple(c.strip() for c in line.split("|")[1:3]): line.split("|")[3].strip()
+            for line in lines[2:]}
+    assert rows[("fixed-dop-4", "external time per trajectory")] == "1.35x (1.20-1.50)"
+    assert rows[("fixed-dop-8", "makespan / step time")] == "1.25x (1.20-1.30)"
+    assert rows[("best fixed DoP", "external time per trajectory")] == (
+        "1.35x (1.20-1.50), fixed-dop-4")  # mean 21 s against fixed-dop-8's 25.5 s
+    assert rows[("best fixed DoP", "makespan / step time")] == "1.25x (1.20-1.30), fixed-dop-8"
+
+
+def test_comparison_and_sweep_tables_give_the_range_over_seeds() -> None:
+    table = "\n".join(comparison_table(RUNS))
+    assert "| tangram | sched | 15.00 (10.00-20.00) | 100.00 (100.00-100.00) |" in table
+    sweep = sweep_table([*RUNS, run("tangram", 1, 5.0, 50.0, batch=4),
+                         run("fixed-dop-4", 1, 10.0, 50.0, batch=4)], "batch", "sched")
+    assert sweep[0] == "| batch | tangram | fixed-dop-4 | fixed-dop-8 | best fixed DoP |"
+    assert sweep[2] == "| 4 | 5.00 | 10.00 (2.00x) | n/a | 2.00x, fixed-dop-4 |"
+    assert sweep[3].startswith("| 8 | 15.00 (10.00-20.00) | 21.00 (12.00-30.00) (1.35x ")
+
+
+def test_each_single_cost_preset_names_its_flag_and_the_flag_its_source() -> None:
+    text = "\n".join(cost_lines(["sched", "pods256", "api"]))
+    assert "| pod cap 256 per node alone | max_pods_per_node 256 |" in text
+    assert "| API rate 5 QPS alone | api_qps 5.0, api_burst 10 |" in text
+    assert "| api_qps | client-side rate limit" in text and "dispatch_s" not in text
+    assert cost_lines(["sched"]) == []

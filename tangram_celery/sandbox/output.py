@@ -130,38 +130,6 @@ def _drop_partial_start(data: bytes) -> bytes:
     return data[skip:]
 
 
-@dataclass
-class ReadyMarker:
-    """Strips a start marker from the head of a stream and records when it arrived.
-
-    A backend makes its in-sandbox wrapper print ``marker`` just before it execs the user's
-    command: bytes before the marker are setup noise (kept in ``preamble`` for error messages),
-    bytes after it go to ``inner``.
-    """
-
-    marker: bytes
-    inner: Sink
-    preamble: bytearray = field(default_factory=bytearray)
-    ready_at: float | None = None
-    max_preamble: int = 65536
-
-    def feed(self, chunk: bytes, now: float) -> None:
-        """Look for the marker until found, then forward everything."""
-        if self.ready_at is not None:
-            self.inner.feed(chunk, now)
-            return
-        self.preamble += chunk
-        idx = self.preamble.find(self.marker)
-        if idx >= 0:
-            self.ready_at = now
-            rest = bytes(self.preamble[idx + len(self.marker):])
-            del self.preamble[idx:]
-            if rest:
-                self.inner.feed(rest, now)
-        elif len(self.preamble) > self.max_preamble:
-            del self.preamble[: len(self.preamble) - self.max_preamble]
-
-
 def pump(
     proc: subprocess.Popen[bytes],
     sinks: Mapping[int, Sink],

@@ -25,7 +25,7 @@ from tangram_celery.sandbox import (
     rewrite_parallelism,
 )
 from tangram_celery.sandbox.cgroup import own_group_dir, parse_mountinfo, parse_proc_cgroup
-from tangram_celery.sandbox.output import CUT_MARKER, CappedBuffer, ReadyMarker, pump
+from tangram_celery.sandbox.output import CUT_MARKER, CappedBuffer, pump
 from tangram_celery.sandbox.seccomp import build_filter
 from tangram_celery.sandbox.validation import validate_files, validate_spec
 from tangram_celery.sandbox.workdir import dir_usage, workdir_name, write_files
@@ -176,12 +176,10 @@ def test_dir_usage_counts_and_stops_early(tmp_path: Path) -> None:
     assert dir_usage(tmp_path / "missing") == 0
 
 
-def test_capped_buffer_and_ready_marker() -> None:
+def test_capped_buffer_keeps_head_and_tail() -> None:
     buf = CappedBuffer(5)
-    marker = ReadyMarker(b"<R>", buf)
-    for chunk in (b"noise<", b"R>hel", b"lo world", b"\xff"):
-        marker.feed(chunk, 1.0)
-    assert marker.ready_at == 1.0 and bytes(marker.preamble) == b"noise"
+    for chunk in (b"hel", b"lo world", b"\xff"):
+        buf.feed(chunk, 1.0)
     assert buf.text() == "he" + CUT_MARKER.format(cut=7) + "ld\ufffd"
     assert buf.truncated and buf.total == 12
     bad = CappedBuffer(10)

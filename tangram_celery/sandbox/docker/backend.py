@@ -165,8 +165,7 @@ class DockerBackend:
             except Broken as exc:
                 mark_broken(env, str(exc))
                 if env.ended:
-                    raise SandboxError(f"trajectory {env.trajectory_id!r} was ended while its "
-                                       "action ran") from exc
+                    raise _ended(env) from exc
                 if attempt == 2:
                     raise SandboxSetupError(
                         f"the sandbox container failed twice for trajectory "
@@ -230,7 +229,7 @@ class DockerBackend:
     @staticmethod
     def _lost(env: Env, exc: Exception) -> SandboxError:
         if env.ended:
-            return SandboxError(f"trajectory {env.trajectory_id!r} was ended while its action ran")
+            return _ended(env)
         return SandboxLostError(
             f"sandbox_lost: trajectory {env.trajectory_id!r}: its container's executor died "
             f"while the action ran ({exc}); the action's result is unknown and it was not rerun. "
@@ -242,7 +241,7 @@ class DockerBackend:
     ) -> DockerExecOutcome:
         now, finished_at = time.monotonic(), time.time()
         if env.ended:
-            raise SandboxError(f"trajectory {env.trajectory_id!r} was ended while its action ran")
+            raise _ended(env)
         if end is None:
             mark_broken(env, f"the executor did not end the action within timeout_s + "
                              f"{self.grace_s} s")
@@ -272,3 +271,7 @@ class DockerBackend:
             setup_s=max(ready - t0, 0.0), exec_s=max(now - ready, 0.0),
             workdir_bytes=usage or 0, workdir_exceeded=exceeded,
         )
+
+
+def _ended(env: Env) -> SandboxError:
+    return SandboxError(f"trajectory {env.trajectory_id!r} was ended while its action ran")

@@ -16,7 +16,9 @@ Integrity (the node trusts only what this process and the kernel say):
 - the node passes each action's stdin, stdout and stderr (its own pipes) and a per-action
   control socket over the channel (``SCM_RIGHTS``); the child sends its kernel-attested pid on
   the control socket (``SCM_CREDENTIALS``), waits for the node's go byte (the node first moves
-  it into the action's cgroup), and only then runs user code;
+  it into the action's cgroup), and only then runs user code; a failure before user code runs
+  (the exec of the command, its work dir) is told on the control socket, which the child holds
+  until then (close-on-exec), so the node never reads it as the action's exit status;
 - the exit status is the child's wait status, read here with ``waitpid``, never anything the
   child writes.
 
@@ -94,8 +96,14 @@ def _undumpable() -> None:
 
 
 def _child(channel: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
-    """In the forked child: drop the channel, wait to be placed, run the action. Never returns."""
+    """In the forked child: drop the channel, wait to be placed, run the action. Never returns.
+
+    Until user code runs, the control socket stays open (it is close-on-exec, and closed before
+    a Python action's code): a failure up to then is told there (``e`` and the reason), so the
+    node knows the action did not start, rather than reading a user exit status.
+    """
     code = 125
+    ctl: socket.socket | None = None
     try:
         channel.close()
         signal.set_wakeup_fd(-1)
@@ -105,31 +113,44 @@ def _child(channel: socket.socket, request: dict[str, Any], fds: list[int]) -> N
         for target, fd in ((0, stdin), (1, stdout), (2, stderr)):
             os.dup2(fd, target)
         ctl = socket.socket(fileno=control)
+        ctl.set_inheritable(False)
         creds = struct.pack("3i", os.getpid(), os.getuid(), os.getgid())
         ctl.sendmsg([b"r"], [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, creds)])
         if ctl.recv(1) != b"g":
             os._exit(125)
-        ctl.close()
         if request.get("cpus"):
             os.sched_setaffinity(0, request["cpus"])
-        os.closerange(3, 65536)
+        os.closerange(3, ctl.fileno())
+        os.closerange(ctl.fileno() + 1, 65536)
         os.chdir(request.get("cwd", "/"))
         env = {str(k): str(v) for k, v in request.get("env", {}).items()}
         if "python" in request:
-            code = _run_python(str(request["python"]), env)
+            code = _run_python(str(request["python"]), env, ctl)
         else:
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
             argv = [str(a) for a in request["argv"]]
             os.execve(argv[0], argv, env)  # nosec B606 # the action's own argv, inside its sandbox
-    except BaseException:  # noqa: BLE001 # the child reports through its exit status only
+    except BaseException as exc:  # noqa: BLE001 # told on the control socket and stderr
         code = 126
+        _not_started(ctl, exc)
     os._exit(code)
 
 
-def _run_python(path: str, env: dict[str, str]) -> int:
-    """Run ``path`` as ``__main__`` in this (forked) interpreter; its exit code."""
+def _not_started(ctl: socket.socket | None, exc: BaseException) -> None:
+    reason = f"the action could not start: {type(exc).__name__}: {exc}"
+    with contextlib.suppress(BaseException):
+        os.write(2, f"tangram: {reason}\n".encode())
+    if ctl is not None and ctl.fileno() >= 0:
+        with contextlib.suppress(BaseException):
+            ctl.sendall(b"e" + reason.encode()[:4000])
+
+
+def _run_python(path: str, env: dict[str, str], ctl: socket.socket) -> int:
+    """Run ``path`` as ``__main__`` in this (forked) interpreter; its exit code. ``ctl`` is
+    closed before the script's code runs."""
     os.environ.clear()
     os.environ.update(env)
+    ctl.close()
     signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.argv = [path]
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from test_sandbox_attacks import Run
 
+from tangram_celery.errors import SandboxSetupError
 from tangram_celery.pools.worker import backend_options
 from tangram_celery.sandbox import ExecSpec, SandboxLimits, make_backend, rewrite_parallelism
 from tangram_celery.sandbox.bwrap import BwrapBackend
@@ -110,6 +111,43 @@ def test_a_child_gone_before_it_was_placed_is_started_again_once(
     out = run("echo ran >> runs.txt; cat runs.txt")
     assert killed, "the fault was never injected"
     assert (out.exit_code, out.stdout) == (0, "ran\n"), "the vanished child ran, or twice"
+    assert run("echo next").stdout == "next\n"
+
+
+def _failing_start(monkeypatch: pytest.MonkeyPatch, times: int) -> list[str]:
+    """Send the first ``times`` requests to a work dir that is not there, so their child fails
+    after its go and before the command (as a failed exec does)."""
+    sent: list[str] = []
+    plain = bwrap_action.ActionRunner._request
+
+    def broken(self: bwrap_action.ActionRunner, spec: ExecSpec,
+               group: object) -> dict[str, object]:
+        request = plain(self, spec, group)  # type: ignore[arg-type]
+        if len(sent) < times:
+            request["cwd"] = "/no-such-dir"
+        sent.append(str(request["cwd"]))
+        return request
+
+    monkeypatch.setattr(bwrap_action.ActionRunner, "_request", broken)
+    return sent
+
+
+def test_a_child_that_could_not_start_the_command_is_started_again_once(
+        run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    sent = _failing_start(monkeypatch, times=1)
+    out = run("echo ran >> runs.txt; cat runs.txt")
+    assert sent == ["/no-such-dir", "/work"]
+    assert (out.exit_code, out.stdout) == (0, "ran\n"), "read as a user exit status, or ran twice"
+
+
+def test_a_command_that_never_starts_is_a_clear_setup_error(
+        run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    _failing_start(monkeypatch, times=99)
+    with pytest.raises(SandboxSetupError, match=r"could not start.*no-such-dir.*2 tries"):
+        run("echo never")
+    with pytest.raises(SandboxSetupError, match="could not start"):
+        run("x", files={"main.py": "print(1)"}, python="main.py")
+    monkeypatch.undo()
     assert run("echo next").stdout == "next\n"
 
 

@@ -91,7 +91,8 @@ def check_exactly_once(client: redis.Redis, handles: list[ActionHandle]) -> dict
                                  f"{results_done(client, handles)} of {len(handles)} results "
                                  "stored") from None
     for handle, result in zip(handles, results, strict=True):
-        assert result.action_id == handle.id and result.ok, (result.status, result.error)
+        assert result.action_id == handle.id and result.ok, \
+            (result.status, result.error, result.output)
         assert result.output["stdout"] == f"{handle.id}\n"
         stored = json.loads(client.get(keys.action_result(handle.id)) or b"{}")
         assert stored["action_id"] == handle.id

@@ -50,11 +50,23 @@ EXIT_GRACE_S = 5.0
 class _Streams:
     """The node's ends of an action's pipes, shaped as :func:`pump` reads a process."""
 
-    def __init__(self, stdin: IO[bytes] | None, stdout: IO[bytes], stderr: IO[bytes]) -> None:
+    def __init__(self, stdin: IO[bytes] | None, stdout: IO[bytes], stderr: IO[bytes],
+                 control: socket.socket) -> None:
         self.stdin, self.stdout, self.stderr = stdin, stdout, stderr
+        self.control = control
+
+    def not_started(self) -> str | None:
+        """Why the child could not start the action (it says so on its control socket, before
+        user code runs), or None when it started it."""
+        with contextlib.suppress(OSError):
+            self.control.setblocking(False)
+            data = self.control.recv(4096)
+            if data.startswith(b"e"):
+                return data[1:].decode(errors="replace")
+        return None
 
     def close(self) -> None:
-        for stream in (self.stdin, self.stdout, self.stderr):
+        for stream in (self.stdin, self.stdout, self.stderr, self.control):
             if stream is not None:
                 with contextlib.suppress(OSError):
                     stream.close()
@@ -148,13 +160,30 @@ class ActionRunner:
 
     def _run(self, spec: ExecSpec, traj: Trajectory, executor: WarmExecutor,
              group: ActionCgroup | None, t0: float) -> ExecOutcome:
+        """:meth:`_attempt`, again when the child ran none of the action: it was gone before
+        it was placed, or it could not start the command (a new child is then safe, on the
+        trajectory's executor, a fresh one if that died)."""
+        for attempt in range(1, LAUNCH_TRIES + 1):
+            try:
+                return self._attempt(spec, traj, executor, group, t0)
+            except (_ChildGone, _NotStarted) as failed:
+                if attempt == LAUNCH_TRIES:
+                    raise SandboxSetupError(f"trajectory {traj.trajectory_id!r}: {failed} "
+                                            f"({attempt} tries)") from failed
+                log.warning("trajectory %s: %s (executor alive: %s); starting it again",
+                            traj.trajectory_id, failed, executor.alive())
+                executor = self.executor(traj)
+        raise AssertionError("unreachable")
+
+    def _attempt(self, spec: ExecSpec, traj: Trajectory, executor: WarmExecutor,
+                 group: ActionCgroup | None, t0: float) -> ExecOutcome:
         stdout = CappedBuffer(self.limits.output_cap_bytes)
         stderr = CappedBuffer(self.limits.output_cap_bytes)
         stdin_data = spec.stdin.encode("utf-8", "surrogateescape") if spec.stdin else None
         started_at = time.time()
         deadline = time.monotonic() + spec.timeout_s
-        streams, action, ready = self._launch_placed(spec, traj, executor, group,
-                                                     stdin_data is not None, deadline)
+        streams, action, ready = self._launch(spec, executor, group, stdin_data is not None,
+                                              deadline, traj.place_lock)
         try:
             finished = pump(cast(subprocess.Popen[bytes], streams), {1: stdout, 2: stderr},
                             stdin_data, deadline)
@@ -166,11 +195,14 @@ class ActionRunner:
             if status is None:
                 self._kill(executor, action, group, traj.place_lock)
                 status = executor.wait(action, EXIT_GRACE_S)
+            reason = streams.not_started()
         finally:
             streams.close()
         end, finished_at = time.monotonic(), time.time()
         if status is None or status == LOST:
             raise _lost(traj, executor)
+        if reason is not None:
+            raise _NotStarted(reason)
         usage, exceeded = self._check_workdir(traj)
         exit_code, sig = _status(os.waitstatus_to_exitcode(status), timed_out=not finished)
         return ExecOutcome(
@@ -183,26 +215,6 @@ class ActionRunner:
             setup_s=max(ready - t0, 0.0), exec_s=max(end - ready, 0.0),
             workdir_bytes=usage, workdir_exceeded=exceeded,
         )
-
-    def _launch_placed(self, spec: ExecSpec, traj: Trajectory, executor: WarmExecutor,
-                       group: ActionCgroup | None, stdin_wanted: bool, deadline: float
-                       ) -> tuple[_Streams, int, float]:
-        """:meth:`_launch`, again when the child vanished before it was placed: it was still
-        waiting for its go and ran none of the action, so a new child is safe (on the
-        trajectory's executor, a fresh one if that died)."""
-        for attempt in range(1, LAUNCH_TRIES + 1):
-            try:
-                return self._launch(spec, executor, group, stdin_wanted, deadline,
-                                    traj.place_lock)
-            except _ChildGone as gone:
-                if attempt == LAUNCH_TRIES:
-                    raise SandboxSetupError(f"cannot move the action into its cgroups: {gone} "
-                                            f"({attempt} tries)") from gone
-                log.warning("trajectory %s: the action's child was gone before it was placed "
-                            "(%s; executor alive: %s); starting it again", traj.trajectory_id,
-                            gone, executor.alive())
-                executor = self.executor(traj)
-        raise AssertionError("unreachable")
 
     def _launch(self, spec: ExecSpec, executor: WarmExecutor, group: ActionCgroup | None,
                 stdin_wanted: bool, deadline: float,
@@ -226,7 +238,7 @@ class ActionRunner:
         control, child_end = control_pair()
         streams = _Streams(os.fdopen(in_w, "wb", buffering=0) if in_w >= 0 else None,
                            os.fdopen(out_r, "rb", buffering=0),
-                           os.fdopen(err_r, "rb", buffering=0))
+                           os.fdopen(err_r, "rb", buffering=0), control)
         try:
             action = executor.submit(self._request(spec, group),
                                      [in_r, out_w, err_w, child_end.fileno()],
@@ -246,8 +258,6 @@ class ActionRunner:
             streams.close()
             executor.kill(action)
             raise
-        finally:
-            control.close()
         return streams, action, time.monotonic()
 
     def _request(self, spec: ExecSpec, group: ActionCgroup | None) -> dict[str, Any]:
@@ -303,6 +313,13 @@ class ActionRunner:
 class _ChildGone(Exception):
     """The action's child exited before it was placed in its cgroups or let go (it ran
     nothing)."""
+
+    def __str__(self) -> str:
+        return f"the action's child was gone before it was placed in its cgroups ({self.args[0]})"
+
+
+class _NotStarted(Exception):
+    """The action's child could not start the command (it ran no user code)."""
 
 
 def _killer(group: ActionCgroup | None, place_lock: threading.Lock

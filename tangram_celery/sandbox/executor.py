@@ -14,17 +14,20 @@ Integrity (the node trusts only what this process and the kernel say):
   ``/proc/1/mem`` or ``/proc/1/fd``;
 - a child closes the channel before anything else, so actions never hold it;
 - the node passes each action's stdin, stdout and stderr (its own pipes) and a per-action
-  control socket over the channel (``SCM_RIGHTS``); the child sends its kernel-attested pid on
-  the control socket (``SCM_CREDENTIALS``), waits for the node's go byte (the node first moves
-  it into the action's cgroup), and only then runs user code; a failure before user code runs
-  (the exec of the command, its work dir) is told on the control socket, which the child holds
-  until then (close-on-exec), so the node never reads it as the action's exit status;
+  control socket over the channel (``SCM_RIGHTS``); a child that must be moved into cgroups of
+  its own (``wait_go``) sends its kernel-attested pid on the control socket
+  (``SCM_CREDENTIALS``), waits for the node's go byte (the node first moves it), and only then
+  runs user code; one born in the trajectory's cgroups, which already pin it, runs at once (a
+  command is then started with ``posix_spawn``, which copies nothing of this process); a failure
+  before user code runs (the exec of the command, its work dir) is told on the control socket,
+  which a forked child holds until then (close-on-exec), so the node never reads it as the
+  action's exit status;
 - the exit status is the child's wait status, read here with ``waitpid``, never anything the
   child writes.
 
 Frames on the channel are a 4-byte big-endian length and a JSON object. The node sends
-``{"op": "run", "id", "argv" | "python", "env", "cwd", "cpus", "kill_all"}`` with four fds
-(stdin, stdout, stderr, control) and ``{"op": "kill", "id"}``; this process answers
+``{"op": "run", "id", "argv" | "python", "env", "cwd", "cpus", "kill_all", "wait_go"}`` with
+four fds (stdin, stdout, stderr, control) and ``{"op": "kill", "id"}``; this process answers
 ``{"event": "ready", "pid"}`` once, then ``{"event": "exit", "id", "status"}`` per action (or
 ``{"event": "error", "id", "message"}``). On EOF it kills everything in the sandbox and exits.
 """
@@ -114,10 +117,11 @@ def _child(channel: socket.socket, request: dict[str, Any], fds: list[int]) -> N
             os.dup2(fd, target)
         ctl = socket.socket(fileno=control)
         ctl.set_inheritable(False)
-        creds = struct.pack("3i", os.getpid(), os.getuid(), os.getgid())
-        ctl.sendmsg([b"r"], [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, creds)])
-        if ctl.recv(1) != b"g":
-            os._exit(125)
+        if request.get("wait_go", True):
+            creds = struct.pack("3i", os.getpid(), os.getuid(), os.getgid())
+            ctl.sendmsg([b"r"], [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, creds)])
+            if ctl.recv(1) != b"g":
+                os._exit(125)
         if request.get("cpus"):
             os.sched_setaffinity(0, request["cpus"])
         os.closerange(3, ctl.fileno())
@@ -134,6 +138,14 @@ def _child(channel: socket.socket, request: dict[str, Any], fds: list[int]) -> N
         code = 126
         _not_started(ctl, exc)
     os._exit(code)
+
+
+def _spawnable(request: dict[str, Any]) -> bool:
+    """Whether an action's child can be spawned rather than forked: a command (not Python
+    code for this interpreter) run where it is born (no move to wait for, no affinity to set:
+    its cgroups already pin it), in this process's work dir."""
+    return ("argv" in request and not request.get("wait_go", True) and not request.get("cpus")
+            and request.get("cwd") == os.getcwd())
 
 
 def _not_started(ctl: socket.socket | None, exc: BaseException) -> None:
@@ -210,17 +222,44 @@ class Executor:
             send_frame(self.channel, {"event": "error", "id": action,
                                       "message": f"got {len(fds)} fds, want {FDS_PER_RUN}"})
             return
-        try:
-            pid = os.fork()
-        except OSError as exc:
-            send_frame(self.channel, {"event": "error", "id": action,
-                                      "message": f"fork failed: {exc}"})
-            return
-        if pid == 0:
-            _child(self.channel, request, fds)
+        if _spawnable(request):
+            pid = self._spawn(request, fds)
+            if pid is None:
+                return
+        else:
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                send_frame(self.channel, {"event": "error", "id": action,
+                                          "message": f"fork failed: {exc}"})
+                return
+            if pid == 0:
+                _child(self.channel, request, fds)
         self.children[pid] = action
         self.by_id[action] = pid
         self.kill_all[action] = bool(request.get("kill_all"))
+
+    def _spawn(self, request: dict[str, Any], fds: list[int]) -> int | None:
+        """Start a command that needs no placing with ``posix_spawn`` (no copy of this
+        process, unlike a fork): its pid, or None when it could not start (told on the
+        control socket, with an exit status of 126, as a forked child tells it)."""
+        stdin, stdout, stderr, control = fds
+        for fd in fds:
+            os.set_inheritable(fd, False)
+        argv = [str(a) for a in request["argv"]]
+        env = {str(k): str(v) for k, v in request.get("env", {}).items()}
+        try:
+            return os.posix_spawn(
+                argv[0], argv, env, setsid=True, setsigdef=(signal.SIGPIPE,),
+                file_actions=[(os.POSIX_SPAWN_DUP2, stdin, 0), (os.POSIX_SPAWN_DUP2, stdout, 1),
+                              (os.POSIX_SPAWN_DUP2, stderr, 2)],
+            )  # nosec B606 # the action's own argv, inside its sandbox
+        except OSError as exc:
+            with socket.socket(fileno=os.dup(control)) as ctl:
+                _not_started(ctl, exc)
+            send_frame(self.channel, {"event": "exit", "id": int(request["id"]),
+                                      "status": 126 << 8})
+            return None
 
     def reap(self) -> None:
         """Reap every exited process; report the actions' children."""
@@ -253,6 +292,7 @@ def main() -> None:
         signal.signal(sig, signal.SIG_DFL)
     _undumpable()
     channel = socket.socket(fileno=int(sys.argv[1]))
+    channel.set_inheritable(False)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     os.set_blocking(wake_r, False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -108,24 +109,32 @@ def test_a_child_gone_before_it_was_placed_is_started_again_once(
         return pid
 
     monkeypatch.setattr(bwrap_action, "child_pid", vanishing)
+    busy = threading.Thread(target=run, args=("sleep 2",))
+    busy.start()  # it holds the trajectory's cgroups: the next action's child is moved
+    time.sleep(0.5)
     out = run("echo ran >> runs.txt; cat runs.txt")
+    busy.join()
     assert killed, "the fault was never injected"
     assert (out.exit_code, out.stdout) == (0, "ran\n"), "the vanished child ran, or twice"
     assert run("echo next").stdout == "next\n"
 
 
-def _failing_start(monkeypatch: pytest.MonkeyPatch, times: int) -> list[str]:
-    """Send the first ``times`` requests to a work dir that is not there, so their child fails
-    after its go and before the command (as a failed exec does)."""
+def _failing_start(monkeypatch: pytest.MonkeyPatch, times: int, field: str = "cwd"
+                   ) -> list[str]:
+    """Break the first ``times`` requests: a work dir that is not there (a forked child fails
+    after its go, before the command) or, for ``field="argv"``, a shell that is not there (a
+    spawn fails)."""
     sent: list[str] = []
     plain = bwrap_action.ActionRunner._request
 
     def broken(self: bwrap_action.ActionRunner, spec: ExecSpec,
                group: object) -> dict[str, object]:
         request = plain(self, spec, group)  # type: ignore[arg-type]
-        if len(sent) < times:
+        if len(sent) < times and field == "argv" and "argv" in request:
+            request["argv"] = ["/no-such-dir/sh", *request["argv"][1:]]
+        elif len(sent) < times:
             request["cwd"] = "/no-such-dir"
-        sent.append(str(request["cwd"]))
+        sent.append(str(request["cwd"] if field == "cwd" else request.get("argv", ["-"])[0]))
         return request
 
     monkeypatch.setattr(bwrap_action.ActionRunner, "_request", broken)
@@ -138,6 +147,17 @@ def test_a_child_that_could_not_start_the_command_is_started_again_once(
     out = run("echo ran >> runs.txt; cat runs.txt")
     assert sent == ["/no-such-dir", "/work"]
     assert (out.exit_code, out.stdout) == (0, "ran\n"), "read as a user exit status, or ran twice"
+
+
+def test_a_command_whose_spawn_fails_is_started_again_once(
+        run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    sent = _failing_start(monkeypatch, times=1, field="argv")
+    out = run("echo ran >> runs.txt; cat runs.txt")
+    assert sent == ["/no-such-dir/sh", "/bin/sh"]
+    assert (out.exit_code, out.stdout) == (0, "ran\n"), "read as a user exit status, or ran twice"
+    _failing_start(monkeypatch, times=99, field="argv")
+    with pytest.raises(SandboxSetupError, match=r"could not start.*no-such-dir/sh.*2 tries"):
+        run("echo never")
 
 
 def test_a_command_that_never_starts_is_a_clear_setup_error(

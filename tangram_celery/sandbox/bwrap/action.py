@@ -1,8 +1,10 @@
 """One action in the embedded backend: its cgroups, its child in the warm executor, its output.
 
 The node makes the action's pipes and control socket and hands them to the trajectory's warm
-executor (:mod:`~tangram_celery.sandbox.bwrap.warm`), which forks the child. The child reports
-its pid (kernel-attested); the node moves it into the action's cgroups (memory, pids, its
+executor (:mod:`~tangram_celery.sandbox.bwrap.warm`), which starts the child. An action alone in
+its trajectory is born in the trajectory's cgroups, their cpuset already set to its cores, and
+runs at once (a command is spawned, not forked); a concurrent one's child reports its pid
+(kernel-attested), and the node moves it into the action's own cgroups (memory, pids, its
 exclusive cpuset) and only then lets it run. The node reads the output from its own pipes and
 the exit status from the executor's ``waitpid``. At exit, or at the wall-clock timeout, every
 process of the action is SIGKILLed (its cgroups, its process group, and, when no other action of
@@ -21,7 +23,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from typing import IO, Any, cast
+from typing import IO, Any, TypeGuard, cast
 
 from tangram_celery.errors import SandboxError, SandboxLostError, SandboxSetupError
 from tangram_celery.sandbox.base import (
@@ -225,8 +227,7 @@ class ActionRunner:
         is held from its fork to its move, and by whatever kills the leftovers in the
         trajectory's groups, so that kill never takes a child not yet moved.
         """
-        moved = group is not None and not group.spare
-        with place_lock if moved else contextlib.nullcontext():
+        with place_lock if _moved(group) else contextlib.nullcontext():
             return self._launch_child(spec, executor, group, stdin_wanted, deadline, place_lock)
 
     def _launch_child(self, spec: ExecSpec, executor: WarmExecutor, group: ActionCgroup | None,
@@ -248,7 +249,8 @@ class ActionRunner:
                 os.close(fd)
             child_end.close()
         try:
-            self._place(control, group, min(deadline, time.monotonic() + PLACE_TIMEOUT_S))
+            if _moved(group):
+                self._place(control, group, min(deadline, time.monotonic() + PLACE_TIMEOUT_S))
         except _ChildGone:
             streams.close()
             executor.kill(action)
@@ -264,7 +266,7 @@ class ActionRunner:
         pinned = group is not None and "cpuset" in group.paths
         request: dict[str, Any] = {
             "env": sandbox_env(spec, BASE_ENV), "cwd": INSIDE_WORKDIR, "kill_all": True,
-            "cpus": [] if pinned else list(core_set(spec.cores)),
+            "cpus": [] if pinned else list(core_set(spec.cores)), "wait_go": _moved(group),
         }
         if spec.python is not None:
             request["python"] = f"{INSIDE_WORKDIR}/{spec.python}"
@@ -273,21 +275,19 @@ class ActionRunner:
         return request
 
     @staticmethod
-    def _place(control: socket.socket, group: ActionCgroup | None, deadline: float) -> None:
+    def _place(control: socket.socket, group: ActionCgroup, deadline: float) -> None:
         pid = child_pid(control, deadline)
         if pid is None:
             raise SandboxLostError("the sandbox's warm executor did not start the action's "
                                    "process; the next action gets a fresh executor")
-        if group is not None and not group.spare:  # a trajectory's groups: born inside
-            try:
-                for procs in group.procs_files():
-                    with open(procs, "w") as fh:
-                        fh.write(str(pid))
-            except OSError as exc:
-                if exc.errno == errno.ESRCH:
-                    raise _ChildGone(str(exc)) from exc
-                raise SandboxSetupError(f"cannot move the action into its cgroups: {exc}") \
-                    from exc
+        try:
+            for procs in group.procs_files():
+                with open(procs, "w") as fh:
+                    fh.write(str(pid))
+        except OSError as exc:
+            if exc.errno == errno.ESRCH:
+                raise _ChildGone(str(exc)) from exc
+            raise SandboxSetupError(f"cannot move the action into its cgroups: {exc}") from exc
         try:
             control.sendall(b"g")
         except (BrokenPipeError, ConnectionResetError) as exc:  # it exited waiting for its go
@@ -308,6 +308,12 @@ class ActionRunner:
             with self._lock:
                 traj.exceeded = True
         return usage, exceeded
+
+
+def _moved(group: ActionCgroup | None) -> TypeGuard[ActionCgroup]:
+    """Whether the action's child must be moved into ``group`` before it runs: groups of its
+    own (a child is born in the trajectory's, which need no move, as needs no group)."""
+    return group is not None and not group.spare
 
 
 class _ChildGone(Exception):

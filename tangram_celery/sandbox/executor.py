@@ -140,12 +140,12 @@ def _child(channel: socket.socket, request: dict[str, Any], fds: list[int]) -> N
     os._exit(code)
 
 
-def _spawnable(request: dict[str, Any]) -> bool:
+def _spawnable(request: dict[str, Any], cwd: str) -> bool:
     """Whether an action's child can be spawned rather than forked: a command (not Python
     code for this interpreter) run where it is born (no move to wait for, no affinity to set:
-    its cgroups already pin it), in this process's work dir."""
+    its cgroups already pin it), in this process's work dir ``cwd``."""
     return ("argv" in request and not request.get("wait_go", True) and not request.get("cpus")
-            and request.get("cwd") == os.getcwd())
+            and request.get("cwd") == cwd)
 
 
 def _not_started(ctl: socket.socket | None, exc: BaseException) -> None:
@@ -203,6 +203,7 @@ class Executor:
         self.children: dict[int, int] = {}
         self.by_id: dict[int, int] = {}
         self.kill_all: dict[int, bool] = {}
+        self.cwd = os.getcwd()
 
     def handle(self, message: dict[str, Any], fds: list[int]) -> None:
         """Act on one frame from the node."""
@@ -222,7 +223,7 @@ class Executor:
             send_frame(self.channel, {"event": "error", "id": action,
                                       "message": f"got {len(fds)} fds, want {FDS_PER_RUN}"})
             return
-        if _spawnable(request):
+        if _spawnable(request, self.cwd):
             pid = self._spawn(request, fds)
             if pid is None:
                 return
@@ -254,7 +255,7 @@ class Executor:
                 file_actions=[(os.POSIX_SPAWN_DUP2, stdin, 0), (os.POSIX_SPAWN_DUP2, stdout, 1),
                               (os.POSIX_SPAWN_DUP2, stderr, 2)],
             )  # nosec B606 # the action's own argv, inside its sandbox
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             with socket.socket(fileno=os.dup(control)) as ctl:
                 _not_started(ctl, exc)
             send_frame(self.channel, {"event": "exit", "id": int(request["id"]),

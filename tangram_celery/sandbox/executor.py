@@ -127,17 +127,22 @@ def _child(channel: socket.socket, request: dict[str, Any], fds: list[int]) -> N
         os.closerange(3, ctl.fileno())
         os.closerange(ctl.fileno() + 1, 65536)
         os.chdir(request.get("cwd", "/"))
-        env = {str(k): str(v) for k, v in request.get("env", {}).items()}
+        argv, env = _command(request)
         if "python" in request:
             code = _run_python(str(request["python"]), env, ctl)
         else:
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-            argv = [str(a) for a in request["argv"]]
             os.execve(argv[0], argv, env)  # nosec B606 # the action's own argv, inside its sandbox
     except BaseException as exc:  # noqa: BLE001 # told on the control socket and stderr
         code = 126
-        _not_started(ctl, exc)
+        _not_started(-1 if ctl is None else ctl.fileno(), 2, exc)
     os._exit(code)
+
+
+def _command(request: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
+    """The request's argv (empty for Python code) and environment, as strings."""
+    return ([str(a) for a in request.get("argv", [])],
+            {str(k): str(v) for k, v in request.get("env", {}).items()})
 
 
 def _spawnable(request: dict[str, Any], cwd: str) -> bool:
@@ -148,13 +153,15 @@ def _spawnable(request: dict[str, Any], cwd: str) -> bool:
             and request.get("cwd") == cwd)
 
 
-def _not_started(ctl: socket.socket | None, exc: BaseException) -> None:
+def _not_started(ctl_fd: int, stderr_fd: int, exc: BaseException) -> None:
+    """Tell why the action could not start on its control socket (``-1``: already closed,
+    user code ran) and its stderr."""
     reason = f"the action could not start: {type(exc).__name__}: {exc}"
     with contextlib.suppress(BaseException):
-        os.write(2, f"tangram: {reason}\n".encode())
-    if ctl is not None and ctl.fileno() >= 0:
+        os.write(stderr_fd, f"tangram: {reason}\n".encode())
+    if ctl_fd >= 0:
         with contextlib.suppress(BaseException):
-            ctl.sendall(b"e" + reason.encode()[:4000])
+            os.write(ctl_fd, b"e" + reason.encode()[:4000])
 
 
 def _run_python(path: str, env: dict[str, str], ctl: socket.socket) -> int:
@@ -247,8 +254,7 @@ class Executor:
         stdin, stdout, stderr, control = fds
         for fd in fds:
             os.set_inheritable(fd, False)
-        argv = [str(a) for a in request["argv"]]
-        env = {str(k): str(v) for k, v in request.get("env", {}).items()}
+        argv, env = _command(request)
         try:
             return os.posix_spawn(
                 argv[0], argv, env, setsid=True, setsigdef=(signal.SIGPIPE,),
@@ -256,8 +262,7 @@ class Executor:
                               (os.POSIX_SPAWN_DUP2, stderr, 2)],
             )  # nosec B606 # the action's own argv, inside its sandbox
         except (OSError, ValueError) as exc:
-            with socket.socket(fileno=os.dup(control)) as ctl:
-                _not_started(ctl, exc)
+            _not_started(control, stderr, exc)
             send_frame(self.channel, {"event": "exit", "id": int(request["id"]),
                                       "status": 126 << 8})
             return None

@@ -311,8 +311,8 @@ class ActionRunner:
 
 
 def _moved(group: ActionCgroup | None) -> TypeGuard[ActionCgroup]:
-    """Whether the action's child must be moved into ``group`` before it runs: groups of its
-    own (a child is born in the trajectory's, which need no move, as needs no group)."""
+    """Whether the action's child must be moved into ``group`` before it runs: only into groups
+    of its own (a child is born in the trajectory's groups; without groups nothing moves)."""
     return group is not None and not group.spare
 
 

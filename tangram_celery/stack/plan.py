@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tangram_celery.errors import ConfigError
-from tangram_celery.processes import free_port
+from tangram_celery.processes import free_ports
 from tangram_celery.stack.compose import (
     DEFAULT_COMPOSE_FILE,
     ComposeFile,
@@ -107,7 +107,7 @@ def plan(options: UpOptions, environ: Mapping[str, str]
     order = [n for n in order if n not in skipped]
     ports = host_ports(compose, order)
     if not options.publish:
-        ports = {key: free_port() for key in ports}
+        ports = dict(zip(ports, free_ports(len(ports)), strict=True))
     taken = [f"{svc}:{port} -> {LOCAL_HOST}:{host}" for (svc, port), host in ports.items()
              if not port_is_free(host)]
     if taken:

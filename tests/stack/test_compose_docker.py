@@ -31,7 +31,7 @@ from stack_batch import check_batch_results, flower_tasks, mixed_batch
 from tangram_celery.client import TangramClient
 from tangram_celery.pools.launch import wait_for_nodes
 from tangram_celery.pools.registry import Registry
-from tangram_celery.processes import free_port
+from tangram_celery.processes import free_ports
 from tangram_celery.sandbox.image import ensure_image
 from tangram_celery.settings import Settings
 from tangram_celery.stack.images import ensure_stack_image
@@ -75,7 +75,7 @@ class ComposeProject:
             pytest.fail(f"the compose test needs an engine on a unix socket, not {engine_url}")
         self.name = f"tgstack{uuid.uuid4().hex[:8]}"
         self.node = f"node-{self.name}"
-        self.ports = {name: free_port() for name in PUBLISHED}
+        self.ports = dict(zip(PUBLISHED, free_ports(len(PUBLISHED)), strict=True))
         self.redis_password = secrets.token_urlsafe(18)
         self.flower_password = secrets.token_urlsafe(18)
         self.gateway_token = secrets.token_urlsafe(18)

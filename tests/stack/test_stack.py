@@ -34,7 +34,7 @@ from tangram_celery.client import TangramClient
 from tangram_celery.errors import ConfigError
 from tangram_celery.pools.launch import wait_for_nodes
 from tangram_celery.pools.registry import Registry
-from tangram_celery.processes import free_port
+from tangram_celery.processes import free_port, free_ports
 from tangram_celery.settings import Settings
 from tangram_celery.stack.compose import (
     DEFAULT_COMPOSE_FILE,
@@ -304,9 +304,9 @@ class UpProcess:
         self.state_dir = tmp_path / "state"
         self.marker = f"tgup{uuid.uuid4().hex[:10]}"
         self.sandbox_root = Path("/var/tmp") / f"tangram-test-{self.marker}"
-        self.ports = {name: free_port() for name in (
-            "STACK_REDIS_PORT", "STACK_TRITON_HTTP_PORT", "STACK_TRITON_GRPC_PORT",
-            "STACK_TRITON_METRICS_PORT", "STACK_FLOWER_PORT", "STACK_GATEWAY_PORT")}
+        names = ("STACK_REDIS_PORT", "STACK_TRITON_HTTP_PORT", "STACK_TRITON_GRPC_PORT",
+                 "STACK_TRITON_METRICS_PORT", "STACK_FLOWER_PORT", "STACK_GATEWAY_PORT")
+        self.ports = dict(zip(names, free_ports(len(names)), strict=True))
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("TANGRAM_", "STACK_"))}
         env.update({k: str(v) for k, v in self.ports.items()})

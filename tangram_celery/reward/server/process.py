@@ -28,7 +28,7 @@ from pathlib import Path
 from types import TracebackType
 
 from tangram_celery.errors import ServiceError
-from tangram_celery.processes import free_port
+from tangram_celery.processes import free_ports
 from tangram_celery.reward.server.distribution import (
     TritonDistribution,
     assemble_backends,
@@ -53,8 +53,9 @@ class ServerPorts:
 
     @classmethod
     def pick(cls, host: str = "127.0.0.1") -> ServerPorts:
-        """Three free ports."""
-        return cls(free_port(host), free_port(host), free_port(host))
+        """Three distinct free ports (tritonserver refuses to start on one port twice)."""
+        http, grpc, metrics = free_ports(3, host)
+        return cls(http, grpc, metrics)
 
 
 class TritonServer:

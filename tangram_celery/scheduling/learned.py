@@ -5,14 +5,22 @@ or it never sees the action at two unit counts and never learns its elasticity. 
 `learned_options` takes the shape of the duration curve from, in order:
 
 1. the action's own signature, once its Amdahl fit exists (two distinct unit counts seen);
-2. else its kind (`kind_signature`: every action of that kind the model has seen, whatever
-   its signature), once that fit exists;
+2. else its kind's pooled shape (`shape_signature`), once that has a fit: the durations of
+   the kind's signatures that have fits of their own, each over its own single-unit time;
 3. else Amdahl's law with the prior's parallel fraction (`Prior.parallel`),
 
 and its level from the signature's own observation where there is one (its expected seconds
-at the count it was seen at), else from the kind's, else from `Prior.t1`. `learn` feeds both
-the signature and its kind, so the kind's curve covers every count any of its actions ran at.
-An inelastic action (one allowed count) nothing is known about keeps an unknown duration.
+at the count it was seen at), else from the kind's pooled level (`level_signature`: the
+single-unit seconds each finished action of the kind implies through the kind's shape), else
+from `Prior.t1`. An inelastic action (one allowed count) nothing is known about keeps an
+unknown duration.
+
+Why the kind's shape and level are pooled that way, and not as one curve over every raw
+duration of the kind: signatures differ in length far more than counts differ in speed, and
+which count an action ran at depends on the load it met, so one Amdahl fit over all of them
+mixes the two (long suites that happened to run wide look like a flat curve). Dividing each
+duration by its own signature's single-unit time keeps only the shape; dividing it by the
+shape at its count keeps only the level.
 """
 
 from __future__ import annotations
@@ -25,6 +33,15 @@ from tangram_celery.scheduling.types import Option
 
 ANY = "*"
 """The key of a kind's pooled signature."""
+
+LEVEL = "*t1"
+"""The key of a kind's pooled single-unit level."""
+
+SHAPE = "*shape"
+"""The key of a kind's pooled shape: its signatures' durations over their own single-unit
+times, from signatures with a fit of their own."""
+
+_POOLED = (ANY, LEVEL, SHAPE)
 
 
 @dataclass(frozen=True)
@@ -49,11 +66,46 @@ def kind_signature(signature: Signature) -> Signature:
     return (signature[0], ANY)
 
 
-def learn(model: DurationModel, signature: Signature, units: int, seconds: float) -> None:
-    """Observe a finished action under its signature and under its kind."""
+def shape_signature(signature: Signature) -> Signature:
+    """The pooled shape of ``signature``'s kind."""
+    return (signature[0], SHAPE)
+
+
+def level_signature(signature: Signature) -> Signature:
+    """The pooled single-unit level of ``signature``'s kind."""
+    return (signature[0], LEVEL)
+
+
+def learn(model: DurationModel, signature: Signature, units: int, seconds: float,
+          prior: Prior | None = None) -> None:
+    """Observe a finished action under its signature and its kind; once the signature has a
+    fit of its own, under its kind's shape (over its own single-unit time: at every count it
+    has seen, the first time); then under its kind's level, as the single-unit seconds it
+    implies through the kind's shape."""
+    seen = model.observed(signature)
     model.observe(signature, units, seconds)
-    if signature[1] != ANY:
-        model.observe(kind_signature(signature), units, seconds)
+    if signature[1] in _POOLED:
+        return
+    model.observe(kind_signature(signature), units, seconds)
+    counts = model.observed(signature)
+    t1 = model.t1(signature) if len(counts) >= 2 else None
+    if t1:
+        fresh = len(seen) < 2 and units not in seen
+        for count in counts if fresh else (units,):
+            estimate = model.estimate(signature, count) if count != units else seconds
+            if estimate:
+                model.observe(shape_signature(signature), count, estimate / t1)
+    shape = _shape(model, signature, prior or Prior())
+    model.observe(level_signature(signature), 1, seconds / shape(units))
+
+
+def _shape(model: DurationModel, signature: Signature, prior: Prior
+           ) -> Callable[[int], float]:
+    """The kind's shape of ``signature`` (its pooled shape if fitted, else the prior's),
+    scaled to 1 at one unit."""
+    curve = _curve(model, shape_signature(signature), True) or prior.duration
+    one = curve(1)
+    return lambda units: curve(units) / one
 
 
 def learned_options(model: DurationModel, signature: Signature, allowed: Sequence[int],
@@ -64,11 +116,12 @@ def learned_options(model: DurationModel, signature: Signature, allowed: Sequenc
     own = model.observed(signature)
     if len(counts) == 1 and not own and not model.known(kind):
         return ((counts[0], None),)
-    curve = _curve(model, signature, len(own) >= 2) or _curve(model, kind, True)
+    curve = _curve(model, signature, len(own) >= 2) or _curve(
+        model, shape_signature(signature), True)
     if curve is None:
         chosen = prior or Prior()
         curve = chosen.duration
-    level = _level(model, signature if own else kind)
+    level = _level(model, signature if own else level_signature(signature))
     if level is None:
         return tuple((m, curve(m)) for m in counts)
     units, seconds = level
@@ -97,3 +150,4 @@ def _level(model: DurationModel, signature: Signature) -> tuple[int, float] | No
         return None
     seconds = model.estimate(signature, seen[0])
     return None if seconds is None else (seen[0], seconds)
+

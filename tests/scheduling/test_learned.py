@@ -1,11 +1,20 @@
-"""learned_options: a signature's own fit, else its kind's curve, else the prior (plain data)."""
+"""learned_options: a signature's own fit, else its kind's pooled shape, else the prior; the
+level from the signature, else the kind's pooled level (plain data)."""
 
 from __future__ import annotations
 
 import pytest
 
 from tangram_celery.scheduling import DurationModel
-from tangram_celery.scheduling.learned import ANY, Prior, kind_signature, learn, learned_options
+from tangram_celery.scheduling.learned import (
+    ANY,
+    Prior,
+    kind_signature,
+    learn,
+    learned_options,
+    level_signature,
+    shape_signature,
+)
 
 SIG = ("test_run", "p1")
 
@@ -63,6 +72,27 @@ def test_a_kind_seen_at_one_count_keeps_the_prior_curve_at_its_level() -> None:
     learn(model, ("test_run", "other"), 1, 30.0)
     options = dict(learned_options(model, SIG, [1, 2], Prior(10.0, 0.5)))
     assert options == {1: pytest.approx(30.0), 2: pytest.approx(22.5)}
+
+
+def test_the_kind_shape_is_not_confounded_by_which_suite_ran_at_which_count() -> None:
+    model = DurationModel()
+    for m in (1, 2):
+        learn(model, ("test_run", "long"), m, amdahl(100.0, 0.9, m))
+    learn(model, ("test_run", "short"), 8, amdahl(10.0, 0.9, 8))
+    raw = model.estimate(kind_signature(SIG), 8), model.estimate(kind_signature(SIG), 1)
+    assert raw[0] is not None and raw[1] is not None
+    assert raw[0] / raw[1] < 0.5 * amdahl(1.0, 0.9, 8)  # one raw curve: ten times too steep
+    options = dict(learned_options(model, SIG, [1, 4, 8]))
+    assert options[4] / options[1] == pytest.approx(amdahl(1.0, 0.9, 4), rel=0.02)
+    assert options[8] / options[1] == pytest.approx(amdahl(1.0, 0.9, 8), rel=0.02)
+    assert 10.0 < options[1] < 100.0  # between the suites' single-unit times
+
+
+def test_the_pooled_entries_are_not_fed_again() -> None:
+    model = DurationModel()
+    learn(model, shape_signature(SIG), 2, 0.6)
+    learn(model, level_signature(SIG), 1, 9.0)
+    assert model.observed(kind_signature(SIG)) == ()
 
 
 def test_a_bad_prior_is_refused() -> None:

@@ -85,6 +85,12 @@ def durations(signature: str) -> str:
     return f"{PREFIX}:durations:{signature}"
 
 
+def duration_log() -> str:
+    """The stream of every node's finished actions (signature, units, seconds) that the
+    nodes' duration models learn from."""
+    return f"{PREFIX}:duration-log"
+
+
 def api_tokens(api: str) -> str:
     """Token bucket state of one API (basic manager)."""
     return f"{PREFIX}:api:{api}:bucket"

@@ -70,6 +70,7 @@ class Settings:
     gateway_languages: tuple[str, ...] = field(default_factory=tuple)
     scheduler: str = "robust"
     scheduler_depth: int = 2
+    durations_sync_s: float = 1.0
     triton_url: str = "http://127.0.0.1:8000"
     triton_protocol: str = "http"
     triton_repository: Path = Path("triton_models")
@@ -189,6 +190,9 @@ class Settings:
                 f"{PREFIX}STRANDED_AFTER_S={self.stranded_after_s:g} must be 0 (off) or at least "
                 f"{PREFIX}NODE_TTL_S={self.node_ttl_s:g}"
             )
+        if self.durations_sync_s < 0:
+            raise ConfigError(f"{PREFIX}DURATIONS_SYNC_S must be >= 0 (0: each node learns "
+                              "durations alone)")
         if self.recovery_audit_s < 0:
             raise ConfigError(f"{PREFIX}RECOVERY_AUDIT_S must be >= 0 (0 turns the audit off)")
         if self.gpu_restore_s < 0:

@@ -47,6 +47,7 @@ def test_frozen() -> None:
     ({"TANGRAM_SANDBOX_READY": "-1"}, "started ahead"),
     ({"TANGRAM_SANDBOX_READY": "65"}, "started ahead"),
     ({"TANGRAM_SANDBOX_BACKEND": "vm"}, "choose 'bwrap' or 'docker'"),
+    ({"TANGRAM_DURATIONS_SYNC_S": "-1"}, "each node learns durations alone"),
     ({"TANGRAM_DEFAULT_TIMEOUT_S": "100", "TANGRAM_MAX_TIMEOUT_S": "10"}, "DEFAULT_TIMEOUT_S"),
 ])
 def test_bad_settings_are_named(env: dict[str, str], words: str) -> None:

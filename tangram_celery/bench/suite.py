@@ -74,8 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--policy", default=DEFAULT_POLICY, help="tangram's default policy")
     parser.add_argument("--durations", default=DEFAULT_DURATIONS,
                         help="sim: what CPU policies are told of durations: learned online "
-                             "(default), oracle (exact) or noisy:SIGMA (exact times a "
-                             "log-normal error)")
+                             "from every node (default), learned:node (each node alone), "
+                             "oracle (exact) or noisy:SIGMA (exact times a log-normal error)")
     parser.add_argument("--group", type=int, default=None,
                         help="sim coding: GRPO group size G, rollouts per prompt sharing one "
                              "test suite (default 8, TRL's num_generations)")

@@ -30,6 +30,7 @@ from tangram_celery.pools.conversion import (
     scheduler_job,
     signature_of,
 )
+from tangram_celery.pools.durations import SharedDurations
 from tangram_celery.pools.loans import CoreLoans
 from tangram_celery.pools.registry import Registry
 from tangram_celery.pools.serving import Heartbeat, rejected_result
@@ -62,6 +63,7 @@ class CpuNode:
         policy: Policy = fcfs_minimum,
         model: DurationModel | None = None,
         loans: LoanConfig | None = None,
+        shared: SharedDurations | None = None,
     ) -> None:
         self.settings = settings
         self.name = name
@@ -70,7 +72,8 @@ class CpuNode:
         self.registry = registry
         self.admission = Admission(range(cores), policy)
         self.cpus = tuple(cpus)
-        self.model = model or DurationModel()
+        self.model = shared.model if shared is not None else model or DurationModel()
+        self.shared = shared
         self._limits = action_limits(settings)
         repin = getattr(sandbox, "repin", None)
         config = loans or loan_config(RobustConfig(loans=settings.scheduler == "robust"))
@@ -120,6 +123,8 @@ class CpuNode:
         timings = Timings(received=received)
         result = ActionResult(action.id, action.trajectory_id, action.kind, "error",
                               node=self.name, timings=timings)
+        if self.shared is not None:
+            self.shared.catch_up()
         request = request_for(action, received, self.model, prior=True)
         cores, borrowed = self._admit(action, request)
         timings.admitted = time.time()
@@ -138,7 +143,7 @@ class CpuNode:
             timings.exec_s, timings.setup_s = outcome.exec_s, outcome.setup_s
             if action.signature and not outcome.timed_out \
                     and not self.loans.lent_ever(action.id):
-                learn(self.model, signature_of(action), len(cores), outcome.exec_s)
+                self._learn(signature_of(action), len(cores), outcome.exec_s)
         finally:
             if borrowed:
                 self._settle(*self.loans.ended(action.id))
@@ -146,6 +151,12 @@ class CpuNode:
                 self._close_allocation(action.id)
         timings.stored = time.time()
         return result
+
+    def _learn(self, signature: tuple[str, str], units: int, seconds: float) -> None:
+        if self.shared is not None:
+            self.shared.learn(signature, units, seconds)
+        else:
+            learn(self.model, signature, units, seconds)
 
     def _admit(self, action: Action, request: Request) -> tuple[tuple[int, ...], bool]:
         """Cores from the gate, or, for a short action the gate does not admit at once, a lent

@@ -13,12 +13,13 @@ import redis
 
 from tangram_celery import keys
 from tangram_celery.pools.admission import Policy, fcfs_minimum
+from tangram_celery.pools.durations import SharedDurations
 from tangram_celery.pools.node import CpuNode
 from tangram_celery.pools.placement import cpu_pool_factory, elastic_policy, robust_policy
 from tangram_celery.pools.registry import Registry
 from tangram_celery.pools.serving import admission_window, serve
 from tangram_celery.sandbox import SandboxLimits, make_backend
-from tangram_celery.scheduling import SchedulerConfig
+from tangram_celery.scheduling import DurationModel, SchedulerConfig
 from tangram_celery.scheduling.robust import RobustConfig
 from tangram_celery.settings import Settings
 
@@ -76,12 +77,15 @@ def build_cpu_node(settings: Settings, name: str, cores: int, memory_mb: float) 
         sandbox_limits(settings),
         **backend_options(settings, name),
     )
-    registry = Registry(
-        redis.Redis.from_url(settings.redis_url), settings.node_ttl_s, settings.trajectory_ttl_s
-    )
+    client = redis.Redis.from_url(settings.redis_url)
+    registry = Registry(client, settings.node_ttl_s, settings.trajectory_ttl_s)
     cpus = unit_cpus(cores)
+    shared = None
+    if settings.durations_sync_s > 0:
+        shared = SharedDurations(client, name, DurationModel(), settings.durations_sync_s)
+        shared.catch_up(force=True)
     return CpuNode(settings, name, cores, cpus, memory_mb, sandbox, registry,
-                   policy=cpu_policy(settings, cpus))
+                   policy=cpu_policy(settings, cpus), shared=shared)
 
 
 def cpu_policy(settings: Settings, cpus: Sequence[int]) -> Policy:

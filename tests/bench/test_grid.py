@@ -52,7 +52,7 @@ def test_a_row_takes_the_best_fixed_dop_by_its_mean_and_marks_a_miss() -> None:
 
 def test_a_bad_durations_value_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--grid", "--durations", "exact"]) == 2
-    assert "learned, oracle or noisy:SIGMA" in capsys.readouterr().err
+    assert "learned, learned:node, oracle or noisy:SIGMA" in capsys.readouterr().err
 
 
 def test_the_group_size_is_a_knob_of_the_workload_and_of_the_cli(

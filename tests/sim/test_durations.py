@@ -16,15 +16,18 @@ EXACT = ((1, 8.0), (2, 4.0), (4, 2.0))
 
 
 @pytest.mark.parametrize(("text", "mode"), [("learned", DurationMode("learned")),
+                                            ("learned:node", DurationMode("learned",
+                                                                          per_node=True)),
                                             ("oracle", DurationMode("oracle")),
                                             ("noisy:0.7", DurationMode("noisy", 0.7))])
 def test_parse(text: str, mode: DurationMode) -> None:
     assert parse_durations(text) == mode and mode.label == text
 
 
-@pytest.mark.parametrize("text", ["exact", "noisy", "noisy:-1", "noisy:x", "oracle:1"])
+@pytest.mark.parametrize("text", ["exact", "noisy", "noisy:-1", "noisy:x", "oracle:1",
+                                  "learned:pod"])
 def test_parse_names_the_accepted_values(text: str) -> None:
-    with pytest.raises(ValueError, match="learned, oracle or noisy:SIGMA"):
+    with pytest.raises(ValueError, match="learned, learned:node, oracle or noisy:SIGMA"):
         parse_durations(text)
 
 
@@ -37,15 +40,19 @@ def test_oracle_is_exact_and_noisy_is_one_error_per_action() -> None:
     assert noisy.options(0, "a", SPEC, EXACT) == seen
 
 
-def test_learned_starts_from_the_prior_and_learns_per_pool() -> None:
-    durations = Durations()
+@pytest.mark.parametrize("per_node", [False, True])
+def test_learned_starts_from_the_prior_and_learns_cluster_wide_or_per_node(
+        per_node: bool) -> None:
+    durations = Durations(DurationMode("learned", per_node=per_node))
     before = durations.options(0, "a", SPEC, EXACT)
     durations.observe(0, SPEC, 1, 8.0)
     durations.observe(0, SPEC, 4, 2.0)
     after = dict(durations.options(0, "b", SPEC, EXACT))
     assert before != tuple(after.items())
     assert after[2] == pytest.approx(4.0, rel=0.05)
-    assert durations.options(1, "c", SPEC, EXACT) == before
+    elsewhere = durations.options(1, "c", SPEC, EXACT)
+    assert (elsewhere == before) is per_node
+    assert per_node or elsewhere == tuple(after.items())
 
 
 def test_a_grpo_group_teaches_its_later_rollouts() -> None:

@@ -17,7 +17,7 @@ from tangram_celery.bench.plan import headline
 from tangram_celery.bench.report import Section, index, section, write_readme
 from tangram_celery.bench.resolve import Plan, gpu_config, physics
 from tangram_celery.bench.summary import Summary
-from tangram_celery.bench.tables import gpu_parity
+from tangram_celery.bench.tables import gpu_parity, spread
 from tangram_celery.sim.durations import DEFAULT_DURATIONS
 from tangram_celery.sim.record import RunResult
 
@@ -38,7 +38,7 @@ def write(args: argparse.Namespace, command: str, plan: Plan, results: list[RunR
     plotted = _plots(folder, name, args.sweep, plan.presets, [results[i] for i in first],
                      [summaries[i] for i in first], chosen)
     setup = _setup(args, plan, results)
-    notes = _notes(args, plan, [summaries[i] for i in first], results)
+    notes = _notes(args, plan, [summaries[i] for i in first], results, top)
     text = section(Section(name, command, setup, tuple(plan.presets), args.sweep, top,
                            summaries, plotted, notes))
     (folder / f"{name}.md").write_text(text + "\n")
@@ -51,7 +51,7 @@ def write(args: argparse.Namespace, command: str, plan: Plan, results: list[RunR
 
 
 def _notes(args: argparse.Namespace, plan: Plan, summaries: list[Summary],
-           results: list[RunResult]) -> tuple[str, ...]:
+           results: list[RunResult], top: list[Summary]) -> tuple[str, ...]:
     if args.mode == "real" and args.workload == "mopd":
         return report_notes(gpu_config(args, plan.base), summaries, results)
     if args.sweep == "gpus":
@@ -61,7 +61,30 @@ def _notes(args: argparse.Namespace, plan: Plan, summaries: list[Summary],
         return ("*simulated, same workload and node*: the simulator on one node of the same "
                 "cores, the same seeded workload, with the control-plane costs (tangram's "
                 "measured per-action dispatch cost), to compare the orderings like with like.",)
-    return ()
+    return bound_note(plan, top)
+
+
+def bound_note(plan: Plan, summaries: list[Summary]) -> tuple[str, ...]:
+    """The no-queue bound at the headline point (`Workload.unqueued_external_s`), and how far
+    ahead of each fixed DoP it would be: no scheduler can be further ahead."""
+    if not summaries:
+        return ()
+    point = next(p for p in plan.points if p.as_dict() == summaries[0].point)
+    bounds = {seed: plan.workload(point, seed).unqueued_external_s() for seed in plan.seeds}
+    if any(bound is None for bound in bounds.values()):
+        return ()
+    clean = {seed: float(bound or 0.0) for seed, bound in bounds.items()}
+    fixed = sorted({s.system for s in summaries if s.system.startswith("fixed-dop-")},
+                   key=lambda name: int(name.split("-")[-1].split(":")[0]))
+    ratios = {name: [s.external / clean[s.seed] for s in summaries
+                     if s.system == name and s.costs == "sched"] for name in fixed}
+    ahead = "; ".join(f"{name} {spread(values, times=True)}"
+                      for name, values in ratios.items() if values)
+    return (f"No-queue bound at {summaries[0].point}: every action alone at its largest "
+            f"count, nothing waiting, no overhead: {spread(list(clean.values()))} s external "
+            "time per trajectory (mean (range) over the seeds). No scheduler, on any number "
+            "of cores, is further ahead of a system than its external time / this bound"
+            + (f" (scheduling costs alone): {ahead}." if ahead else "."),)
 
 
 def _plots(folder: Path, name: str, sweep: str | None, presets: list[str],

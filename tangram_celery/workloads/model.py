@@ -145,6 +145,19 @@ class Workload:
                 return api
         raise KeyError(name)
 
+    def unqueued_external_s(self) -> float | None:
+        """The least external time per trajectory any scheduler on any number of cores can
+        give: every action alone at its largest allowed count, nothing waiting, no overhead
+        (the mean over trajectories of their actions' durations so); None when an action is
+        not a CPU action (GPU and API calls have no such bound here)."""
+        total = 0.0
+        for trajectory in self.trajectories:
+            for action in trajectory.actions:
+                if action.pool != "cpu":
+                    return None
+                total += action.duration(max(action.units))
+        return total / len(self.trajectories) if self.trajectories else None
+
     def action_count(self) -> int:
         """How many actions the workload holds."""
         return sum(len(t.actions) for t in self.trajectories)

@@ -23,9 +23,11 @@ def test_the_grid_has_every_combination() -> None:
 def test_a_small_task_runs_every_system() -> None:
     point = grid.scaled(GridPoint(20.0, (8, 24), (0.5, 0.99), 256), 16)
     measured = grid.run_task((point, 1, 16, "learned", grid.SYSTEMS))
+    bound = measured.pop(grid.BOUND)
     assert set(measured) == set(grid.SYSTEMS)
     assert all(m.external > 0 and m.step > 0 for m in measured.values())
     assert measured["fixed-dop-4"].dop == (4, 4, 4)
+    assert 0 < bound.external < min(m.external for m in measured.values())
 
 
 def runs(tangram: float, fixed4: float) -> dict[str, Measured]:
@@ -34,6 +36,7 @@ def runs(tangram: float, fixed4: float) -> dict[str, Measured]:
     found[PAPER] = Measured(tangram * 1.1, 60.0, 0.6, (1, 2, 16))
     found[FIXED[0]] = Measured(fixed4, 80.0, 0.7, (4, 4, 4))
     found[STATIC] = Measured(90.0, 100.0, 0.5, (4, 4, 4))
+    found[grid.BOUND] = Measured(24.0, 0.0, 0.0, (0, 0, 0))
     return found
 
 
@@ -43,6 +46,7 @@ def test_a_row_takes_the_best_fixed_dop_by_its_mean_and_marks_a_miss() -> None:
     assert row.best_fixed == FIXED[0] and row.fixed.mean == pytest.approx(29.0)
     assert (row.vs_fixed.low, row.vs_fixed.high) == (pytest.approx(0.9), pytest.approx(1.1))
     assert row.step_vs_static.mean == pytest.approx(2.0)
+    assert row.ceiling.mean == pytest.approx(29.0 / 24.0)
     table = grid.render_grid([row])
     assert "0.967x (0.900-1.100) (miss)" in table and "2/3/8" in table
     section = grid.section_text("tangram bench robustness --grid", "setup", [row], "done")

@@ -18,6 +18,7 @@ from tangram_celery.workloads import (
     read_trace,
     write_trace,
 )
+from tangram_celery.workloads.model import Trajectory, Workload
 from tangram_celery.workloads.trace import TraceError, format_trace
 
 
@@ -171,3 +172,13 @@ def test_grpo_groups_share_a_suite_and_a_signature() -> None:
     assert len({t.actions[-1].signature for t in alone.trajectories}) == 4
     with pytest.raises(ValueError, match="group"):
         CodingParams(group=0)
+
+
+def test_the_no_queue_bound_runs_every_action_alone_at_its_largest_count() -> None:
+    exec_action = ActionSpec("exec", 2.0)
+    test_run = ActionSpec("test_run", 10.0, units=(1, 2, 4), parallel=0.5)
+    workload = Workload("w", (Trajectory("a", (exec_action, test_run)),
+                              Trajectory("b", (exec_action,))))
+    assert workload.unqueued_external_s() == pytest.approx((2 + 10 * 0.625 + 2) / 2)
+    assert mopd(4, 1).unqueued_external_s() is None
+    assert Workload("empty", ()).unqueued_external_s() is None

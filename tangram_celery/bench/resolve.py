@@ -83,9 +83,9 @@ def resolve(args: argparse.Namespace) -> Plan:
                          "apply; sweep cores or gpus")
     trace = read_trace(args.trace) if args.workload == "trace" else None
     seeds = seed_list(getattr(args, "seeds", None), args.seed)
-    if real and len(seeds) > 1:
-        raise ValueError("--seeds applies to the simulated mode; run the real stack once per "
-                         "--seed")
+    if gpu_real and len(seeds) > 1:
+        raise ValueError("--seeds applies to the simulated mode and to the real AI-coding "
+                         "stack; run the real MOPD stack once per --seed")
 
     def workload(point: Point, seed: int) -> Workload:
         if gpu_real:

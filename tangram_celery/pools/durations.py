@@ -4,8 +4,9 @@ A node worker learns each signature's durations from the actions it finishes
 (:func:`tangram_celery.scheduling.learned.learn`). Alone, it sees a signature rarely: a GRPO
 group's rollouts are spread over the nodes, so the node that runs one has seldom run another.
 `SharedDurations` publishes every observation to one Redis stream (``keys.duration_log``,
-trimmed to `keep` entries) and, at most every `every_s` seconds, folds the other nodes' new
-entries into the node's model; a node that starts reads the stream's history first. Entries
+trimmed to `keep` entries); the node's sync thread (`CpuNode`, every `every_s` seconds, off
+the actions' path) folds the other nodes' new entries into the node's model, and a node that
+starts reads the stream's history first. Entries
 are plain strings, parsed and checked; one that does not parse is skipped. Learning never fails
 an action: a Redis error is logged and the node goes on with what it knows.
 """
@@ -15,8 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import redis
@@ -36,13 +36,11 @@ class SharedDurations:
     """One node's side of the shared duration log (see the module docstring)."""
 
     def __init__(self, client: redis.Redis, node: str, model: DurationModel,
-                 every_s: float = 1.0, keep: int = 20_000,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 every_s: float = 1.0, keep: int = 20_000) -> None:
         self.client, self.node, self.model = client, node, model
-        self.every_s, self.keep, self.clock = every_s, keep, clock
+        self.every_s, self.keep = every_s, keep
         self.key = keys.duration_log()
         self._last = "0-0"
-        self._synced: float | None = None
         self._lock = threading.Lock()
 
     def learn(self, signature: Signature, units: int, seconds: float) -> None:
@@ -56,13 +54,9 @@ class SharedDurations:
         except redis.RedisError as exc:
             log.warning("durations: could not publish to %s: %s", self.key, exc)
 
-    def catch_up(self, force: bool = False) -> int:
-        """Fold the other nodes' entries published since the last call into the model, at
-        most every `every_s` seconds unless `force`; returns how many were learned."""
-        now = self.clock()
-        if not force and self._synced is not None and now - self._synced < self.every_s:
-            return 0
-        self._synced = now
+    def catch_up(self) -> int:
+        """Fold the other nodes' entries published since the last call into the model;
+        returns how many were learned."""
         learned = 0
         try:
             full = True

@@ -80,6 +80,8 @@ class CpuNode:
         self.loans = CoreLoans(config, repin if callable(repin) else None, self.physical)
         self._heartbeat = Heartbeat(f"tangram-heartbeat-{name}", settings.node_heartbeat_s,
                                     self._beat)
+        self._sync = None if shared is None else Heartbeat(
+            f"tangram-durations-{name}", shared.every_s, self._catch_up)
 
     def start(self) -> None:
         """Register the node and start its heartbeat."""
@@ -87,10 +89,14 @@ class CpuNode:
             return
         self.registry.register_node(self.name, self.admission.total, self.memory_mb)
         self._heartbeat.start()
+        if self._sync is not None:
+            self._sync.start()
 
     def stop(self) -> None:
         """Deregister, stop the heartbeat and remove every sandbox of this node."""
         self._heartbeat.stop()
+        if self._sync is not None:
+            self._sync.stop()
         if self.registry is not None:
             try:
                 self.registry.deregister_node(self.name)
@@ -123,8 +129,6 @@ class CpuNode:
         timings = Timings(received=received)
         result = ActionResult(action.id, action.trajectory_id, action.kind, "error",
                               node=self.name, timings=timings)
-        if self.shared is not None:
-            self.shared.catch_up()
         request = request_for(action, received, self.model, prior=True)
         cores, borrowed = self._admit(action, request)
         timings.admitted = time.time()
@@ -151,6 +155,10 @@ class CpuNode:
                 self._close_allocation(action.id)
         timings.stored = time.time()
         return result
+
+    def _catch_up(self) -> None:
+        if self.shared is not None:
+            self.shared.catch_up()
 
     def _learn(self, signature: tuple[str, str], units: int, seconds: float) -> None:
         if self.shared is not None:

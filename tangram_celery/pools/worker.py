@@ -83,7 +83,7 @@ def build_cpu_node(settings: Settings, name: str, cores: int, memory_mb: float) 
     shared = None
     if settings.durations_sync_s > 0:
         shared = SharedDurations(client, name, DurationModel(), settings.durations_sync_s)
-        shared.catch_up(force=True)
+        shared.catch_up()
     return CpuNode(settings, name, cores, cpus, memory_mb, sandbox, registry,
                    policy=cpu_policy(settings, cpus), shared=shared)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import redis
 from test_elastic_node import CpuWorkers
@@ -10,6 +12,7 @@ from tangram_celery import keys
 from tangram_celery.bench.emulation import emulated_test_run
 from tangram_celery.client import TangramClient
 from tangram_celery.pools.durations import SharedDurations, parse_entry
+from tangram_celery.pools.serving import Heartbeat
 from tangram_celery.processes import free_ports
 from tangram_celery.scheduling import DurationModel
 from tangram_celery.settings import Settings
@@ -17,7 +20,7 @@ from tangram_celery.settings import Settings
 SIG = ("test_run", "repo-1")
 
 
-def node(client: redis.Redis, name: str, every_s: float = 0.0) -> SharedDurations:
+def node(client: redis.Redis, name: str, every_s: float = 1.0) -> SharedDurations:
     return SharedDurations(client, name, DurationModel(), every_s)
 
 
@@ -37,20 +40,26 @@ def test_a_node_that_starts_later_reads_the_history(redis_client: redis.Redis) -
     for units in (1, 2, 4):
         a.learn(SIG, units, 8.0 / units)
     late = node(redis_client, "late")
-    assert late.catch_up(force=True) == 3
+    assert late.catch_up() == 3
     assert late.model.observed(SIG) == (1, 2, 4)
 
 
-def test_reads_wait_for_the_sync_interval(redis_client: redis.Redis) -> None:
-    clock = [0.0]
-    b = SharedDurations(redis_client, "b", DurationModel(), 1.0, clock=lambda: clock[0])
-    a = node(redis_client, "a")
-    assert b.catch_up() == 0
-    a.learn(SIG, 1, 3.0)
-    clock[0] = 0.5
-    assert b.catch_up() == 0
-    clock[0] = 1.5
-    assert b.catch_up() == 1
+def test_a_sync_thread_reads_the_others_every_interval(redis_client: redis.Redis) -> None:
+    b = node(redis_client, "b", every_s=0.05)
+
+    def beat() -> None:
+        b.catch_up()
+
+    sync = Heartbeat("durations-b", b.every_s, beat)
+    sync.start()
+    try:
+        node(redis_client, "a").learn(SIG, 1, 3.0)
+        deadline = time.monotonic() + 10
+        while b.model.observed(SIG) != (1,) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        sync.stop()
+    assert b.model.observed(SIG) == (1,)
 
 
 def test_a_malformed_entry_is_skipped_and_the_rest_learned(redis_client: redis.Redis) -> None:

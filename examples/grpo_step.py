@@ -118,15 +118,15 @@ async def grpo_step(client: TangramClient, step: int, prompts: int, group: int, 
 @contextlib.contextmanager
 def cluster(settings: Settings, nodes: int, cores: int) -> Iterator[Settings]:
     """The configured cluster when a CPU node is alive there, else a local one."""
-    client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=0.5)
+    client = redis.Redis.from_url(settings.broker.redis_url, socket_connect_timeout=0.5)
     try:
-        live = [n for n in Registry(client, settings.node_ttl_s, 60).nodes() if n.alive]
+        live = [n for n in Registry(client, settings.node.ttl_s, 60).nodes() if n.alive]
     except redis.RedisError:
         live = []
     finally:
         client.close()
     if live:
-        print(f"using {len(live)} live CPU node(s) at {settings.redis_url.split('@')[-1]}")
+        print(f"using {len(live)} live CPU node(s) at {settings.broker.redis_url.split('@')[-1]}")
         yield settings
         return
     with tempfile.TemporaryDirectory(prefix="tangram-grpo-") as logs:

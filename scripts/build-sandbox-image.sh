@@ -13,4 +13,4 @@ if [ ! -x "$PYTHON" ]; then
   exit 1
 fi
 cd "$ROOT"
-exec "$PYTHON" -m tangram_celery.sandbox.image "$@"
+exec "$PYTHON" -m tangram_celery.sandbox.docker.image "$@"

@@ -13,6 +13,10 @@ VENV="${TANGRAM_VENV:-$ROOT/.venv}"
 DEBIAN_PACKAGES=(bubblewrap redis-server python3 python3-pytest python3-pytest-xdist util-linux procps g++
   docker.io docker-compose debootstrap chromium fonts-dejavu-core)
 DEBIAN_PACKAGES+=(iproute2)  # ip netns: the multi-host test's hosts
+# the gateway's languages beside python, bash, C and C++: their toolchains run in the sandbox
+DEBIAN_PACKAGES+=(libssl-dev default-jdk-headless golang-go nodejs node-typescript rustc ruby
+  php-cli lua5.4 r-base-core sqlite3)
+DEBIAN_PACKAGES+=(python3-ipykernel python3-jupyter-client)  # /run_jupyter: a kernel per request
 
 log() { printf '[run.sh] %s\n' "$*" >&2; }
 
@@ -69,7 +73,7 @@ setup() {
 
 run_tests() {
   log "ruff"
-  "$VENV/bin/ruff" check tangram_celery workers tests
+  "$VENV/bin/ruff" check tangram_celery tangram_bench workers tests
   log "mypy"
   "$VENV/bin/mypy"
   log "pytest (slow end-to-end tests included)"

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
 
-from tangram_celery.errors import TangramError
+from tangram_celery.command_line import run_command
 from tangram_celery.settings import Settings
 
 
@@ -57,12 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
     controller.add_arguments(commands.add_parser(
         "autoscaler", help="size the CPU pool to predicted demand within a budget"))
 
-    from tangram_celery.reward import server
-    from tangram_celery.stack import broker, up
+    from tangram_celery.reward.server import command as triton
+    from tangram_celery.stack import broker, sentinel, up
 
     broker.add_arguments(commands.add_parser(
         "redis", help="the broker: redis-server on TANGRAM_REDIS_URL's port, append-only file"))
-    server.add_arguments(commands.add_parser(
+    sentinel.add_arguments(commands.add_parser(
+        "sentinel", help="a Redis Sentinel watching the broker's primary (failover)"))
+    triton.add_arguments(commands.add_parser(
         "triton", help="Triton Inference Server (pytriton's binary) on the model repository"))
     up.add_up_arguments(commands.add_parser(
         "up", help="the compose stack (compose/docker-compose.yml) as local processes"))
@@ -93,10 +96,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+PLUGIN_GROUP = "tangram.commands"
+PLUGIN_HINTS = {"bench": "pip install 'tangram-celery[bench]'"}
+"""Verbs that packages beside the product provide, and how to install each."""
+
+
+def run_plugin(verb: str, argv: Sequence[str]) -> int:
+    """Run ``tangram <verb>`` from the package that registers it in the ``tangram.commands``
+    entry-point group; when none does, or it cannot load, say what to install."""
+    found = [ep for ep in entry_points(group=PLUGIN_GROUP) if ep.name == verb]
+    try:
+        if not found:
+            raise ModuleNotFoundError(f"no {PLUGIN_GROUP!r} entry point named {verb!r}")
+        command: Callable[[Sequence[str]], int] = found[0].load()
+    except ImportError as exc:
+        print(f"tangram: error: `tangram {verb}` is not installed ({exc}): "
+              f"{PLUGIN_HINTS[verb]}", file=sys.stderr)
+        return 2
+    return command(argv)
+
+
 def run_worker(settings: Settings, args: argparse.Namespace) -> int:
     """Run the worker of the pool type named on the command line until it is stopped."""
     if args.pool == "cpu":
-        from tangram_celery.pools.worker import run_cpu_worker
+        from tangram_celery.pools.cpu_pool import run_cpu_worker
 
         run_cpu_worker(settings, args.node, args.cores, args.memory_mb, args.concurrency,
                        args.loglevel)
@@ -124,14 +147,17 @@ def run_tool(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def run_stack_command(settings: Settings, args: argparse.Namespace) -> int:
-    """``tangram redis``, ``tangram triton``, ``tangram up`` or ``tangram down``."""
-    from tangram_celery.reward import server
-    from tangram_celery.stack import broker, up
+    """``tangram redis``, ``tangram sentinel``, ``tangram triton``, ``tangram up`` or
+    ``tangram down``."""
+    from tangram_celery.reward.server import command as triton
+    from tangram_celery.stack import broker, sentinel, up
 
     if args.command == "redis":
         return broker.run_from_args(settings, args)
+    if args.command == "sentinel":
+        return sentinel.run_from_args(settings, args)
     if args.command == "triton":
-        return server.run_from_args(settings.triton_url, args)
+        return triton.run_from_args(settings.triton, args)
     if args.command == "up":
         return up.run_up(args)
     return up.run_down(args)
@@ -140,38 +166,31 @@ def run_stack_command(settings: Settings, args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tangram`` command."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:2] == ["bench", "overhead"]:
-        from tangram_celery.bench.overhead import main as overhead_main
-
-        return overhead_main(argv[2:])
-    if argv[:1] == ["bench"]:
-        from tangram_celery.bench.suite import main as bench_main
-
-        return bench_main(argv[1:])
+    if argv[:1] and argv[0] in PLUGIN_HINTS:
+        return run_plugin(argv[0], argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
-    try:
-        settings = Settings.from_env()
-        if args.command == "worker":
-            return run_worker(settings, args)
-        if args.command in {"flower", "exporter", "status", "autoscaler", "dashboard"}:
-            return run_tool(settings, args)
-        if args.command in {"redis", "triton", "up", "down"}:
-            return run_stack_command(settings, args)
-        if args.command == "gateway":
-            from tangram_celery.gateway.command import run_from_args as run_gateway
+    return run_command("tangram", lambda: dispatch(Settings.from_env(), args))
 
-            return run_gateway(settings, args)
-        from tangram_celery.stack.demo import DemoConfig
-        from tangram_celery.stack.demo import main as demo_main
 
-        config = DemoConfig(trajectories=args.trajectories, code_actions=args.code_actions,
-                            nodes=args.nodes, cores_per_node=args.cores, timeout_s=args.timeout)
-        return demo_main(settings, config)
-    except TangramError as exc:
-        print(f"tangram: error: {exc}", file=sys.stderr)
-        return 2
+def dispatch(settings: Settings, args: argparse.Namespace) -> int:
+    """Run the parsed ``tangram`` command."""
+    if args.command == "worker":
+        return run_worker(settings, args)
+    if args.command in {"flower", "exporter", "status", "autoscaler", "dashboard"}:
+        return run_tool(settings, args)
+    if args.command in {"redis", "sentinel", "triton", "up", "down"}:
+        return run_stack_command(settings, args)
+    if args.command == "gateway":
+        from tangram_celery.gateway.command import run_from_args as run_gateway
 
+        return run_gateway(settings, args)
+    from tangram_celery.stack.demo import DemoConfig
+    from tangram_celery.stack.demo import main as demo_main
+
+    config = DemoConfig(trajectories=args.trajectories, code_actions=args.code_actions,
+                        nodes=args.nodes, cores_per_node=args.cores, timeout_s=args.timeout)
+    return demo_main(settings, config)
 
 if __name__ == "__main__":
     sys.exit(main())

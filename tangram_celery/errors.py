@@ -120,9 +120,18 @@ class BrokerAuthFailed(BrokerUnreachable):
 
 class GatewayRequestError(TangramError, ValueError):
     """An HTTP request to ``tangram gateway`` is malformed; ``field`` names what is wrong and
-    ``reason`` says why (answered with HTTP 400)."""
+    ``reason`` says why (answered with HTTP 422)."""
 
     def __init__(self, field: str, reason: str) -> None:
         super().__init__(f"invalid request: {field}: {reason}")
         self.field = field
         self.reason = reason
+
+
+class AlreadyAnswered(TangramError):
+    """An action a fenced node held was answered meanwhile (``node_lost``, by the client that
+    sent it); ``result`` is that stored answer, returned instead of running it."""
+
+    def __init__(self, action_id: str, result: dict[str, object]) -> None:
+        super().__init__(f"action {action_id} was answered while its node was fenced")
+        self.result = result

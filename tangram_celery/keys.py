@@ -123,6 +123,11 @@ def action_attempts(action_id: str) -> str:
     return f"{PREFIX}:attempts:{action_id}"
 
 
+def action_claim(action_id: str) -> str:
+    """String: the delivery that holds an action's claim to run it (see tasks.ledger)."""
+    return f"{PREFIX}:claim:{action_id}"
+
+
 DEAD_LETTERS = f"{PREFIX}:deadletter"
 DUPLICATE_RESULTS = f"{PREFIX}:stats:duplicate-results"
 REPUBLISHED_ACTIONS = f"{PREFIX}:stats:republished-actions"

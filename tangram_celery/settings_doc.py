@@ -3,7 +3,8 @@
 ``python -m tangram_celery.settings_doc`` prints the table; ``--write`` rewrites
 ``docs/settings.md`` and, when README.md holds the markers ``<!-- settings:begin -->`` and
 ``<!-- settings:end -->``, the table between them; ``--check`` exits 1 when either is stale.
-Every field needs a description in :data:`DESCRIPTIONS` (a test enforces it).
+Every variable needs a description in :data:`DESCRIPTIONS`, keyed by its name without the
+prefix in lower case (a test enforces it).
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from dataclasses import MISSING, Field, fields
+from dataclasses import MISSING, Field
 from pathlib import Path
 from typing import Any
 
-from tangram_celery.settings import PREFIX, Settings
+from tangram_celery.settings import PREFIX, SECTIONS, VARIABLES, Settings, section_fields
 
 BEGIN = "<!-- settings:begin -->"
 END = "<!-- settings:end -->"
@@ -24,7 +25,25 @@ DOC = ROOT / "docs" / "settings.md"
 README = ROOT / "README.md"
 
 DESCRIPTIONS: dict[str, str] = {
-    "redis_url": "Redis DSN of the Celery broker, the node registry, pins and quotas.",
+    "redis_url": "Redis DSN of the Celery broker, the node registry, pins and quotas: "
+                 "`redis://[:PASSWORD@]HOST:PORT/DB`, or a Sentinel-managed Redis as "
+                 "`sentinel://[:PASSWORD@]HOST:PORT[,HOST:PORT...]/DB` (the Sentinels; the "
+                 "password is the data nodes').",
+    "redis_master_name": "The master name the Sentinels monitor (with a `sentinel://` URL).",
+    "redis_sentinel_password": "Password of the Sentinels themselves (with a `sentinel://` "
+                               "URL); empty: they take none.",
+    "redis_wait_replicas": "With a `sentinel://` URL: replicas that must hold a write that has "
+                           "to survive a failover (results, pins, tickets, quota grants) before "
+                           "it counts as done (Redis `WAIT`); 0: never wait.",
+    "redis_wait_ms": "Longest `WAIT` for those replicas (ms); past it the write counts as done "
+                     "but not covered (logged and counted).",
+    "redis_retry_s": "How long a command that is safe to repeat is retried while Redis "
+                     "fails over or reconnects (s); 0: never.",
+    "redis_timeout_s": "Socket timeout of tangram's Redis connections (s): how soon a dead "
+                       "primary is noticed.",
+    "fence_running": "What a CPU node or GPU pool fenced off from Redis (no heartbeat for "
+                     "`NODE_TTL_S`) does with its running actions: `finish` them or `kill` "
+                     "them (CPU sandboxes; a reward call in Triton always finishes).",
     "result_url": "Redis DSN of the result backend; empty: the broker's.",
     "sandbox_backend": "Sandbox of CPU actions: `bwrap` (embedded bubblewrap) or `docker`.",
     "sandbox_docker_url": "Docker engine of the `docker` sandbox backend.",
@@ -32,15 +51,25 @@ DESCRIPTIONS: dict[str, str] = {
     "sandbox_idle_ttl_s": "A trajectory idle this long loses its container (`docker`) (s).",
     "sandbox_warm_pool_min": "Fewest ready containers a `docker` node keeps for new trajectories.",
     "sandbox_warm_pool_max": "Most ready containers a `docker` node keeps for new trajectories.",
+    "sandbox_recycle": "Wiped sandboxes a `bwrap` node keeps for one-request trajectories (a "
+                       "gateway request without a trajectory name): each is wiped after its "
+                       "request (processes killed, work dir, /tmp and /dev/shm emptied) and "
+                       "reused; 0 starts and removes one per request.",
     "sandbox_ready": "Sandboxes a `bwrap` node keeps started ahead (uid, work dir, warm executor) "
                      "for new trajectories' first actions; 0 starts each on demand.",
     "sandbox_root": "Directory holding each node's per-trajectory work dirs.",
-    "sandbox_uid_base": "First uid of sandboxes; each node takes its own 65,536 uids from here.",
+    "sandbox_uid_base": "First uid of sandboxes (bwrap and docker: one host uid per trajectory); "
+    "each node takes its own 65,536 uids from here.",
     "sandbox_memory_mb": "Memory cap of one sandboxed command (MB).",
     "sandbox_pids": "Process cap of one sandbox.",
     "sandbox_file_size_mb": "Largest file a sandboxed command may write (MB).",
-    "sandbox_workdir_mb": "Quota of a trajectory's work dir (MB).",
+    "sandbox_workdir_mb": "Quota of a trajectory's work dir (MB); a `bwrap` node running as "
+                          "root makes it a tmpfs of this size, counted as memory.",
     "sandbox_tmp_mb": "Size of the sandbox's private /tmp (MB).",
+    "sandbox_enforce": "`strict`: a node that cannot enforce cores and memory (no cgroups it "
+                       "can use) refuses to start and says what to do; `best-effort`: it runs "
+                       "and reports what is not enforced (log, `tangram status`, dashboard, "
+                       "every result).",
     "output_cap_bytes": "Bytes of stdout and of stderr kept per command: its head and its tail.",
     "default_timeout_s": "Timeout of an action that gives none (s).",
     "max_timeout_s": "Largest timeout an action may ask for (s).",
@@ -81,6 +110,9 @@ DESCRIPTIONS: dict[str, str] = {
     "triton_protocol": "Triton client protocol: `http` or `grpc`.",
     "triton_repository": "Model repository the GPU pools load reward models from.",
     "triton_retry_s": "How long reward actions wait for an unavailable or restarted Triton.",
+    "triton_key": "Key of Triton's control APIs (model repository, shared memory, trace, "
+    "logging): `tangram triton` restricts them to requests carrying it and the GPU pools send "
+    "it; required off loopback. Letters, digits and `-_.~`.",
     "reward_max_batch": "Reward actions that may join a running batch of their service.",
     "gpu_simulated": "GPU ids are simulated (no GPU needed; Triton runs models on CPU).",
     "gpu_memory_mb": "Memory of each GPU available to model weights (MB).",
@@ -96,8 +128,12 @@ DESCRIPTIONS: dict[str, str] = {
     "flower_port": "Port of `tangram flower`.",
     "flower_user": "Basic-auth user of `tangram flower`.",
     "flower_password": "Basic-auth password of `tangram flower`; empty: one is generated.",  # nosec B105 # help text, not a password
-    "exporter_address": "Address `tangram exporter` serves /metrics on.",
+    "exporter_address": "Address `tangram exporter` serves /metrics on (non-loopback needs "
+    "a password).",
     "exporter_port": "Port of `tangram exporter`.",
+    "exporter_user": "Basic-auth user of `tangram exporter`.",
+    "exporter_password": "Basic-auth password of `tangram exporter` (the scraper's); empty: "  # nosec B105 # help text, not a password
+    "no authentication, allowed on loopback only.",
     "autoscale_actuator": "What `tangram autoscaler` scales: `local` (node-worker processes "
     "on its machine) or `kubernetes` (the CPU node workload's `scale` subresource).",
     "kubernetes_namespace": "Namespace of the workloads the Kubernetes actuator scales.",
@@ -119,25 +155,32 @@ DESCRIPTIONS: dict[str, str] = {
     "this long without a request (s).",
     "gateway_pytest_max_cores": "Most cores a gateway `pytest` request's elastic test run may "
     "get.",
+    "gateway_reward_model": "Reward model (in the Triton repository) that answers the gateway's "
+                            "`POST /get_reward`, OpenRLHF's remote reward API: each `query` "
+                            "is its `response` and each `label` its `reference`.",
     "gateway_languages": "Languages `tangram gateway` offers (comma-separated); empty: every "
     "known one whose toolchain is on the PATH.",
 }
 
 
-def setting_rows(settings_fields: Sequence[Field[Any]] | None = None) -> list[tuple[str, ...]]:
-    """(variable, type, default, description) of every field."""
-    rows: list[tuple[str, ...]] = []
-    for f in settings_fields if settings_fields is not None else fields(Settings):
-        rows.append((f"`{PREFIX}{f.name.upper()}`", f"`{f.type}`", _default(f),
-                     DESCRIPTIONS.get(f.name, "")))
-    return rows
+def setting_rows(section: str) -> list[tuple[str, ...]]:
+    """(variable, field, type, default, description) of every field of one section."""
+    return [(f"`{PREFIX}{f.metadata['env']}`", f"`{f.name}`", f"`{f.type}`", _default(f),
+             DESCRIPTIONS.get(str(f.metadata["env"]).lower(), ""))
+            for f in section_fields(section)]
 
 
 def settings_table() -> str:
-    """The Markdown table of every setting."""
-    lines = ["| setting | type | default | meaning |", "| --- | --- | --- | --- |"]
-    lines += ["| " + " | ".join(row) + " |" for row in setting_rows()]
-    return "\n".join(lines) + "\n"
+    """The Markdown tables of every setting, one per section of :class:`Settings`."""
+    lines: list[str] = []
+    for section in SECTIONS:
+        doc = (type(getattr(Settings(), section)).__doc__ or "").strip().splitlines()[0]
+        lines += [f"## `settings.{section}`", "", doc, "",
+                  "| variable | field | type | default | meaning |",
+                  "| --- | --- | --- | --- | --- |"]
+        lines += ["| " + " | ".join(row) + " |" for row in setting_rows(section)]
+        lines.append("")
+    return "\n".join(lines)
 
 
 def settings_doc() -> str:
@@ -146,6 +189,10 @@ def settings_doc() -> str:
         "# Settings\n\n"
         "Every setting is read from its `TANGRAM_` environment variable into one frozen\n"
         "`Settings` object (`Settings.from_env()`); an unknown `TANGRAM_` variable is an error.\n"
+        "The settings come in sections, and each component is handed the section it needs:\n"
+        "`TANGRAM_SANDBOX_MEMORY_MB` is `settings.sandbox.memory_mb`. In code,\n"
+        "`Settings.from_env(env, **overrides)` and `settings.with_(**changes)` name a variable\n"
+        "without its prefix, in lower case (`settings.with_(sandbox_memory_mb=1024)`).\n"
         "Generated by `python -m tangram_celery.settings_doc --write`: do not edit by hand.\n\n"
         + settings_table()
     )
@@ -160,8 +207,8 @@ def with_readme_table(readme: str) -> str:
 
 
 def missing_descriptions() -> list[str]:
-    """Fields of :class:`Settings` without a description."""
-    return [f.name for f in fields(Settings) if not DESCRIPTIONS.get(f.name)]
+    """Variables (without the prefix, lower case) that have no description."""
+    return [key for key in VARIABLES if not DESCRIPTIONS.get(key)]
 
 
 def stale_files() -> list[Path]:

@@ -45,7 +45,7 @@ def settings(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Settin
 @pytest.fixture()
 def registry(redis_client: redis.Redis, settings: Settings) -> Registry:
     """The node/pin registry over the private Redis."""
-    return Registry(redis_client, settings.node_ttl_s, settings.trajectory_ttl_s)
+    return Registry(redis_client, settings.node.ttl_s, settings.actions.trajectory_ttl_s)
 
 
 CpuWorkers = Callable[..., list[str]]
@@ -59,10 +59,10 @@ def cpu_workers(
     started: list[object] = []
 
     def start(nodes: dict[str, int], **env: str) -> list[str]:
-        base = {"TANGRAM_REDIS_URL": settings.redis_url,
-                "TANGRAM_SANDBOX_ROOT": str(settings.sandbox_root),
-                "TANGRAM_NODE_HEARTBEAT_S": str(settings.node_heartbeat_s),
-                "TANGRAM_NODE_TTL_S": str(settings.node_ttl_s), **env}
+        base = {"TANGRAM_REDIS_URL": settings.broker.redis_url,
+                "TANGRAM_SANDBOX_ROOT": str(settings.sandbox.root),
+                "TANGRAM_NODE_HEARTBEAT_S": str(settings.node.heartbeat_s),
+                "TANGRAM_NODE_TTL_S": str(settings.node.ttl_s), **env}
         for name, cores in nodes.items():
             started.append(spawn_cpu_worker(base, name, cores, tmp_path / f"{name}.log"))
         wait_for_nodes(registry, list(nodes))
@@ -76,7 +76,7 @@ def cpu_workers(
         if "Traceback" in text:
             print(f"--- {log.name} ---\n{text[-4000:]}")
     with contextlib.suppress(OSError):
-        os.rmdir(settings.sandbox_root)
+        os.rmdir(settings.sandbox.root)
 
 
 @pytest.fixture(scope="session")

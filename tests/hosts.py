@@ -3,7 +3,7 @@
 Each :class:`Host` is a network namespace of its own (``ip netns add``) with one veth link into a
 switch: a bridge that lives in a namespace of its own, so the root namespace (where pytest runs)
 has no address in the hosts' subnet and no traffic between hosts can go over its loopback. A
-host's processes run under ``ip netns exec`` and ``unshare --mount``: a private mount namespace in
+host's processes run under ``nsenter --net`` and ``unshare --mount``: a private mount namespace in
 which a fresh tmpfs covers the sandbox directory, so each host has its own filesystem root for
 sandboxes and none can see another's (or leave anything in the root namespace's directory).
 
@@ -34,6 +34,8 @@ SUBNET = "10.77.0"
 """The hosts' /24: a private range that neither this machine nor Docker's defaults use."""
 
 CLONE_NEWNET = 0x40000000
+NETNS_DIR = Path("/run/netns")
+"""Where ``ip netns add`` pins each namespace."""
 PRIVATE_FS = 'mount -t tmpfs -o mode=0755,size=512m tangram-host "$0" && exec "$@"'
 
 
@@ -42,7 +44,7 @@ def require_namespaces() -> None:
     it); fail when the tools are missing (``scripts/run.sh setup`` installs them)."""
     if os.geteuid() != 0:
         pytest.skip("creating network namespaces needs root")
-    missing = [tool for tool in ("ip", "unshare") if not shutil.which(tool)]
+    missing = [tool for tool in ("ip", "unshare", "nsenter") if not shutil.which(tool)]
     if missing:
         pytest.fail(f"{', '.join(missing)} not found: install iproute2 and util-linux "
                     "(scripts/run.sh setup does)", pytrace=False)
@@ -71,9 +73,11 @@ class Host:
 
     def argv(self, argv: Sequence[str]) -> list[str]:
         """``argv`` run on this host: in its network namespace and a private mount namespace
-        with a fresh tmpfs over :attr:`private_dir`."""
-        return ["ip", "netns", "exec", self.netns, "unshare", "--mount", "--propagation",
-                "private", "sh", "-c", PRIVATE_FS, str(self.private_dir), *argv]
+        with a fresh tmpfs over :attr:`private_dir`. The namespace is entered with ``nsenter``,
+        not ``ip netns exec``, which mounts a fresh sysfs and so hides the cgroup hierarchies:
+        a CPU node there could enforce nothing (and, strict, refuses to start)."""
+        return ["nsenter", f"--net={NETNS_DIR / self.netns}", "unshare", "--mount",
+                "--propagation", "private", "sh", "-c", PRIVATE_FS, str(self.private_dir), *argv]
 
     def spawn(self, argv: Sequence[str], env: Mapping[str, str],
               log_path: Path | None = None) -> subprocess.Popen[bytes]:

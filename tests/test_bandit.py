@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = ROOT / "tangram_celery"
+PACKAGES = (ROOT / "tangram_celery", ROOT / "tangram_bench")
 PYPROJECT = ROOT / "pyproject.toml"
 JUSTIFIED_SKIPS = {"B101", "B311", "B404", "B603"}  # each explained in pyproject.toml
 NOSEC = re.compile(r"#\s*nosec\b(?P<rest>.*)$")
@@ -27,15 +27,15 @@ def test_bandit_finds_nothing_unjustified() -> None:
         pytest.fail("bandit is not installed: pip install -e '.[dev]' (or pip install bandit)",
                     pytrace=False)
     done = subprocess.run(
-        [sys.executable, "-m", "bandit", "-c", str(PYPROJECT), "-r", str(PACKAGE), "-f", "json",
-         "-q"], capture_output=True, text=True, timeout=300, check=False)
+        [sys.executable, "-m", "bandit", "-c", str(PYPROJECT), "-r", *map(str, PACKAGES), "-f",
+         "json", "-q"], capture_output=True, text=True, timeout=300, check=False)
     report = json.loads(done.stdout)
     assert not report["errors"], report["errors"]
     findings = [f"{r['filename']}:{r['line_number']} {r['test_id']} {r['issue_text']}"
                 for r in report["results"]]
     assert not findings, "unjustified bandit findings:\n" + "\n".join(findings)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert report["metrics"]["_totals"]["loc"] > 1000, "bandit scanned the package"
+    assert report["metrics"]["_totals"]["loc"] > 1000, "bandit scanned the packages"
 
 
 def test_only_the_justified_classes_are_skipped() -> None:
@@ -49,7 +49,7 @@ def test_only_the_justified_classes_are_skipped() -> None:
 
 def test_every_nosec_names_its_tests_and_a_reason() -> None:
     bare = []
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in sorted(p for package in PACKAGES for p in package.rglob("*.py")):
         for number, line in enumerate(path.read_text().splitlines(), 1):
             match = NOSEC.search(line)
             if match and not JUSTIFIED_NOSEC.match(match["rest"]):

@@ -1,5 +1,6 @@
-"""The package's shape holds: small modules, a short ground floor, no import cycle, and every
-package importing only what its ``__init__`` docstring declares, all of it below itself.
+"""The packages' shape holds: small modules, a short ground floor, no import cycle, every
+package importing only what its ``__init__`` docstring declares, all of it below itself, and the
+product (``tangram_celery``) never importing its test bench (``tangram_bench``).
 
 Imports are read from the source (every ``import`` statement, module-level, lazy or under
 ``TYPE_CHECKING``), so nothing is executed.
@@ -17,16 +18,22 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "tangram_celery"
+BENCH = ROOT / "tangram_bench"
+TOPS = ("tangram_celery", "tangram_bench")
 MAX_LINES = 400
 MAX_GROUND_MODULES = 10
 GROUND = "the ground floor"
 LAYERS = (
-    "scheduling", "workloads", "sim", "sandbox", "managers", "reward", "tasks", "pools",
-    "observe", "client", "gateway", "integrations", "autoscale", "stack", "bench",
+    "scheduling", "sandbox", "managers", "reward", "tasks", "pools",
+    "observe", "client", "gateway", "integrations", "autoscale", "stack",
 )
-"""The packages from the bottom up: each may import the ground floor and packages below it."""
-GROUND_PACKAGES = ("action",)
-"""Packages that are part of the ground floor (with settings, errors, keys, processes)."""
+"""The product's packages from the bottom up: each may import the ground floor and packages
+below it."""
+BENCH_LAYERS = ("workloads", "sim")
+"""The bench's packages from the bottom up: each may import the product and bench packages
+below it; the bench's command modules (part ``bench``) may import anything."""
+GROUND_PACKAGES = ("action", "settings")
+"""Packages that are part of the ground floor (with errors, keys, processes)."""
 DECLARATION = re.compile(r"May import:\s*(?P<names>[^.;]*)[.;]", re.S)
 
 
@@ -37,18 +44,18 @@ def module_name(path: Path) -> str:
 
 @cache
 def modules() -> dict[str, Path]:
-    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+    return {module_name(p): p for top in (PACKAGE, BENCH) for p in sorted(top.rglob("*.py"))}
 
 
 def imports_of(path: Path) -> Iterator[str]:
-    """Every tangram_celery module ``path`` imports (a name taken from a package resolves to the
-    submodule of that name when there is one, else to the package)."""
+    """Every tangram_celery or tangram_bench module ``path`` imports (a name taken from a package
+    resolves to the submodule of that name when there is one, else to the package)."""
     known = modules()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            yield from (a.name for a in node.names if a.name.split(".")[0] == "tangram_celery")
+            yield from (a.name for a in node.names if a.name.split(".")[0] in TOPS)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module.split(".")[0] != "tangram_celery":
+            if node.module.split(".")[0] not in TOPS:
                 continue
             for alias in node.names:
                 full = f"{node.module}.{alias.name}"
@@ -62,8 +69,11 @@ def graph() -> dict[str, frozenset[str]]:
 
 def part_of(module: str) -> str:
     """The part of the architecture a module belongs to: its top package, ``the ground floor``
-    for a module directly under tangram_celery, ``cli`` for the command line."""
+    for a module directly under tangram_celery, ``cli`` for the command line; in the bench,
+    ``workloads``, ``sim`` or else ``bench``."""
     bits = module.split(".")
+    if bits[0] == "tangram_bench":
+        return bits[1] if len(bits) > 1 and bits[1] in BENCH_LAYERS else "bench"
     if len(bits) == 1:
         return "package"
     if bits[1] in LAYERS:
@@ -71,11 +81,16 @@ def part_of(module: str) -> str:
     return "cli" if bits[1] == "cli" else GROUND
 
 
+def package_dir(package: str) -> Path:
+    return (BENCH if package in BENCH_LAYERS else PACKAGE) / package
+
+
 def declared_imports(package: str) -> frozenset[str]:
     """What ``package``'s ``__init__`` docstring says it may import."""
-    doc = ast.get_docstring(ast.parse((PACKAGE / package / "__init__.py").read_text())) or ""
+    init = package_dir(package) / "__init__.py"
+    doc = ast.get_docstring(ast.parse(init.read_text())) or ""
     found = DECLARATION.search(doc)
-    assert found, f"tangram_celery/{package}/__init__.py: its docstring has no 'May import: ...'"
+    assert found, f"{init.relative_to(ROOT)}: its docstring has no 'May import: ...'"
     names = " ".join(found["names"].replace("`", "").split())
     if names.startswith("nothing"):
         return frozenset()
@@ -115,7 +130,7 @@ def cycles(edges: Mapping[str, Iterable[str]]) -> list[list[str]]:
 
 
 def source_files() -> list[Path]:
-    roots = (PACKAGE, ROOT / "workers", ROOT / "triton_models", ROOT / "examples")
+    roots = (PACKAGE, BENCH, ROOT / "workers", ROOT / "triton_models", ROOT / "examples")
     return sorted(p for r in roots for p in r.rglob("*.py"))
 
 
@@ -138,17 +153,26 @@ def test_no_import_cycle() -> None:
 
 
 def test_every_package_says_what_it_is() -> None:
-    for init in sorted(PACKAGE.rglob("__init__.py")):
+    for init in sorted([*PACKAGE.rglob("__init__.py"), *BENCH.rglob("__init__.py")]):
         doc = ast.get_docstring(ast.parse(init.read_text()))
         assert doc and len(doc) > 40, f"{init.relative_to(ROOT)} has no docstring saying what it is"
 
 
-@pytest.mark.parametrize("package", GROUND_PACKAGES + LAYERS)
+def allowed_below(package: str) -> set[str]:
+    """The parts ``package`` may import: the ground floor and the layers below it (for a bench
+    package: every product layer and the bench layers below it)."""
+    if package in BENCH_LAYERS:
+        return {GROUND, *LAYERS, *BENCH_LAYERS[:BENCH_LAYERS.index(package)]}
+    return {GROUND, *LAYERS[:LAYERS.index(package)]} if package in LAYERS else {GROUND}
+
+
+@pytest.mark.parametrize("package", GROUND_PACKAGES + LAYERS + BENCH_LAYERS)
 def test_a_package_imports_what_it_declares_and_only_downwards(package: str) -> None:
     declared = declared_imports(package)
-    below = {GROUND, *LAYERS[:LAYERS.index(package)]} if package in LAYERS else {GROUND}
+    below = allowed_below(package)
     assert declared <= below, f"{package} declares imports from above it: {declared - below}"
-    inside = f"tangram_celery.{package}"
+    top = "tangram_bench" if package in BENCH_LAYERS else "tangram_celery"
+    inside = f"{top}.{package}"
     used = {
         (module, part_of(target)) for module in modules()
         if module == inside or module.startswith(inside + ".")
@@ -164,14 +188,57 @@ def test_the_ground_floor_imports_only_itself() -> None:
     assert upward == []
 
 
+def bench_references(path: Path) -> list[str]:
+    """What in ``path`` reaches the bench: an import of it, or a string naming one of its
+    modules outside a docstring (as ``importlib.import_module`` would take it)."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                                       ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    loaders = {"import_module", "__import__", "find_spec", "run_module"}
+    loaded = {id(arg) for node in ast.walk(tree) if isinstance(node, ast.Call)
+              and getattr(node.func, "attr", getattr(node.func, "id", None)) in loaders
+              for arg in node.args}
+    found = [name for name in imports_of(path) if name.split(".")[0] == "tangram_bench"]
+    found += [node.value for node in ast.walk(tree)
+              if isinstance(node, ast.Constant) and isinstance(node.value, str)
+              and id(node) not in docstrings
+              and (re.match(r"tangram_bench\.\w", node.value)
+                   or (id(node) in loaded and re.match(r"tangram_bench\b", node.value)))]
+    return found
+
+
+def test_the_product_never_imports_the_bench() -> None:
+    reaching = {str(p.relative_to(ROOT)): found for p in sorted(PACKAGE.rglob("*.py"))
+                if (found := bench_references(p))}
+    assert reaching == {}
+
+
+def test_the_bench_packages_are_in_their_layers() -> None:
+    directories = {p.name for p in BENCH.iterdir() if (p / "__init__.py").exists()}
+    assert set(BENCH_LAYERS) <= directories
+    assert not set(BENCH_LAYERS) & set(LAYERS)
+
+
 def test_the_checks_can_fail(tmp_path: Path) -> None:
     assert cycles({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == [["a", "b", "c"]]
     assert cycles({"a": ["b"], "b": []}) == []
     source = tmp_path / "x.py"
-    source.write_text("from tangram_celery.pools import node\nimport tangram_celery.keys\n"
+    source.write_text("from tangram_celery.pools.cpu_pool import node\nimport tangram_celery.keys\n"
                       "def f() -> None:\n    from tangram_celery.client import TangramClient\n")
     assert sorted(imports_of(source)) == [
-        "tangram_celery.client", "tangram_celery.keys", "tangram_celery.pools.node"]
+        "tangram_celery.client", "tangram_celery.keys", "tangram_celery.pools.cpu_pool.node"]
     assert part_of("tangram_celery.keys") == GROUND
-    assert part_of("tangram_celery.pools.node") == "pools"
+    assert part_of("tangram_celery.pools.cpu_pool.node") == "pools"
     assert part_of("tangram_celery.action.model") == GROUND
+    assert part_of("tangram_bench.sim.engine") == "sim"
+    assert part_of("tangram_bench.suite") == "bench"
+    leak = tmp_path / "leak.py"
+    leak.write_text('"""Mentions tangram_bench.sim in a docstring only."""\n'
+                    "import importlib\n"
+                    "def f() -> object:\n"
+                    "    return importlib.import_module('tangram_bench'), 'tangram_bench.cli'\n"
+                    "DIRS = ('tangram_bench', 'workers')\n")
+    assert sorted(bench_references(leak)) == ["tangram_bench", "tangram_bench.cli"]

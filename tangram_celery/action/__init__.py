@@ -16,47 +16,16 @@ May import: the ground floor; of it, only ``errors``, since every other part rea
 
 from __future__ import annotations
 
-from tangram_celery.action.model import (
-    API_PATTERN,
-    BASE_RESOURCES,
-    ID_PATTERN,
-    KIND_POOL,
-    MAX_PAYLOAD_DEPTH,
-    MAX_UNITS,
-    QUANTITY_RESOURCES,
-    UNIT_RESOURCES,
-    Action,
-    ActionLimits,
-    Amount,
-    Elasticity,
-)
-from tangram_celery.action.parsing import (
-    parse_action,
-    parse_amount,
-    parse_cost,
-    parse_elasticity,
-    parse_payload,
-)
+from tangram_celery.action.model import Action, ActionLimits, Elasticity
+from tangram_celery.action.parsing import parse_action, parse_amount
 from tangram_celery.action.result import ActionResult, Timings
 
 __all__ = [
-    "API_PATTERN",
-    "BASE_RESOURCES",
-    "ID_PATTERN",
-    "KIND_POOL",
-    "MAX_PAYLOAD_DEPTH",
-    "MAX_UNITS",
-    "QUANTITY_RESOURCES",
-    "UNIT_RESOURCES",
     "Action",
     "ActionLimits",
     "ActionResult",
-    "Amount",
     "Elasticity",
     "Timings",
     "parse_action",
     "parse_amount",
-    "parse_cost",
-    "parse_elasticity",
-    "parse_payload",
 ]

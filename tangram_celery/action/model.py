@@ -121,6 +121,9 @@ class Action:
     signature: str = ""
     submitted_at: float | None = None
     trajectory_memory_mb: float | None = None
+    ephemeral: bool = False
+    """The action is its trajectory's only one: it runs in a recycled sandbox, and its
+    trajectory (its memory reservation) ends with it, on the node."""
 
     @property
     def pool(self) -> str:
@@ -167,6 +170,8 @@ class Action:
             "trajectory_memory_mb": self.trajectory_memory_mb,
         }
         body.update({k: v for k, v in optional.items() if v is not None})
+        if self.ephemeral:
+            body["ephemeral"] = True
         return body
 
     def summary(self) -> str:

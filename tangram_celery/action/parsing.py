@@ -27,10 +27,12 @@ from tangram_celery.action.model import (
 )
 from tangram_celery.errors import SerializationError, ValidationError
 
+MAX_STEPS = 8
+
 _ACTION_FIELDS = frozenset(
     {
         "id", "trajectory_id", "kind", "payload", "cost", "elasticity", "t1", "timeout_s",
-        "signature", "submitted_at", "trajectory_memory_mb",
+        "signature", "submitted_at", "trajectory_memory_mb", "ephemeral",
     }
 )
 
@@ -67,7 +69,10 @@ def parse_action(data: Any, limits: ActionLimits | None = None) -> Action:
         trajectory_memory_mb=_optional_positive(
             "trajectory_memory_mb", data.get("trajectory_memory_mb")
         ),
+        ephemeral=_flag("ephemeral", data.get("ephemeral", False)),
     )
+    if action.ephemeral and action.pool != "cpu":
+        raise ValidationError("ephemeral", "only CPU actions have one-request trajectories")
     return action
 
 
@@ -183,22 +188,31 @@ def _depth_exceeds(value: Any, limit: int) -> bool:
 
 
 def _check_command_payload(payload: Mapping[str, Any]) -> None:
-    has_cmd, has_code = "cmd" in payload, "code" in payload
-    if has_cmd == has_code:
-        raise ValidationError("payload", "give exactly one of 'cmd' (shell) or 'code' (python)")
-    text = payload["cmd" if has_cmd else "code"]
-    if not isinstance(text, str) or not text.strip():
-        raise ValidationError(f"payload.{'cmd' if has_cmd else 'code'}", "must be non-empty text")
-    if "\x00" in text:
-        raise ValidationError(f"payload.{'cmd' if has_cmd else 'code'}", "contains a NUL byte")
+    if "steps" in payload:
+        steps = payload["steps"]
+        if "cmd" in payload or "code" in payload:
+            raise ValidationError("payload", "give 'steps' or one of 'cmd' and 'code', not both")
+        if not isinstance(steps, list) or not 1 <= len(steps) <= MAX_STEPS:
+            raise ValidationError("payload.steps", f"expected a list of 1-{MAX_STEPS} steps")
+        for i, step in enumerate(steps):
+            _check_step(f"payload.steps.{i}", step)
+    else:
+        _check_command("payload", payload)
     files = payload.get("files", {})
     if not isinstance(files, Mapping) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in files.items()
     ):
         raise ValidationError("payload.files", "expected an object of relative path -> text")
-    for path in files:
+    for path in [*files, *_fetched(payload)]:
         if not path or path.startswith("/") or ".." in path.split("/") or "\x00" in path:
             raise ValidationError(f"payload.files.{path}", "paths must be relative, without '..'")
+    if not isinstance(payload.get("session", False), bool):
+        raise ValidationError("payload.session", "must be true or false")
+    for name in ("memory_mb", "output_cap_bytes"):
+        value = payload.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                  or value < 1):
+            raise ValidationError(f"payload.{name}", "must be a positive whole number")
     if "env" in payload:
         env = payload["env"]
         if not isinstance(env, Mapping) or not all(
@@ -206,6 +220,46 @@ def _check_command_payload(payload: Mapping[str, Any]) -> None:
             and isinstance(v, str) for k, v in env.items()
         ):
             raise ValidationError("payload.env", "expected an object of NAME -> text")
+
+
+def _check_command(where: str, payload: Mapping[str, Any]) -> None:
+    has_cmd, has_code = "cmd" in payload, "code" in payload
+    if has_cmd == has_code:
+        raise ValidationError(where, "give exactly one of 'cmd' (shell) or 'code' (python)")
+    name = "cmd" if has_cmd else "code"
+    text = payload[name]
+    if not isinstance(text, str) or not text.strip():
+        raise ValidationError(f"{where}.{name}", "must be non-empty text")
+    if "\x00" in text:
+        raise ValidationError(f"{where}.{name}", "contains a NUL byte")
+
+
+def _check_step(where: str, step: Any) -> None:
+    """One step of a ``steps`` payload: a command or code, its stdin and its timeout."""
+    if not isinstance(step, Mapping):
+        raise ValidationError(where, "a step is an object with 'cmd' or 'code'")
+    extra = sorted(set(step) - {"cmd", "code", "stdin", "timeout_s"})
+    if extra:
+        raise ValidationError(f"{where}.{extra[0]}", "unknown field of a step; known: cmd, "
+                              "code, stdin, timeout_s")
+    _check_command(where, step)
+    if step.get("stdin") is not None and not isinstance(step["stdin"], str):
+        raise ValidationError(f"{where}.stdin", "must be text or null")
+    if step.get("timeout_s") is not None:
+        _optional_positive(f"{where}.timeout_s", step["timeout_s"])
+
+
+def _fetched(payload: Mapping[str, Any]) -> list[str]:
+    fetch = payload.get("fetch", [])
+    if not isinstance(fetch, list) or not all(isinstance(p, str) for p in fetch):
+        raise ValidationError("payload.fetch", "expected a list of relative file paths")
+    return list(fetch)
+
+
+def _flag(name: str, raw: Any) -> bool:
+    if not isinstance(raw, bool):
+        raise ValidationError(name, "must be true or false")
+    return raw
 
 
 def _check_pool_cost(kind: str, cost: Mapping[str, Amount]) -> None:

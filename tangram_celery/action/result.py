@@ -52,6 +52,8 @@ class ActionResult:
     timings: Timings = field(default_factory=Timings)
     error: str = ""
     attempts: int = 1
+    isolation: str = ""
+    """How the node that ran it held its limits (what a best-effort node did not enforce)."""
 
     @property
     def ok(self) -> bool:
@@ -82,6 +84,7 @@ class ActionResult:
             "timings": vars(self.timings).copy(),
             "error": self.error,
             "attempts": self.attempts,
+            "isolation": self.isolation,
             "act": self.act,
         }
 
@@ -99,4 +102,5 @@ class ActionResult:
             timings=Timings(**{k: float(v) for k, v in data.get("timings", {}).items()}),
             error=str(data.get("error", "")),
             attempts=int(data.get("attempts", 1)),
+            isolation=str(data.get("isolation", "")),
         )

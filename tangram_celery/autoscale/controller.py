@@ -39,10 +39,11 @@ from tangram_celery.autoscale.policy import (
     decide,
 )
 from tangram_celery.autoscale.work import Work, messages_work, unacked_work
+from tangram_celery.connection import connect
 from tangram_celery.errors import ServiceError
 from tangram_celery.pools.inventory import Inventory, priority_lists, read_inventory
 from tangram_celery.pools.registry import Registry
-from tangram_celery.settings import Settings
+from tangram_celery.settings import AutoscaleSettings, Settings
 from tangram_celery.tasks.actlog import ActRecord
 from tangram_celery.tasks.app import celery_config
 
@@ -199,12 +200,12 @@ class Controller:
 def worker_env(settings: Settings) -> dict[str, str]:
     """The ``TANGRAM_`` environment handed to the workers the controller starts."""
     return {
-        "TANGRAM_REDIS_URL": settings.redis_url,
-        "TANGRAM_SANDBOX_ROOT": str(settings.sandbox_root),
-        "TANGRAM_NODE_HEARTBEAT_S": str(settings.node_heartbeat_s),
-        "TANGRAM_NODE_TTL_S": str(settings.node_ttl_s),
-        "TANGRAM_SANDBOX_BACKEND": settings.sandbox_backend,
-        "TANGRAM_SCHEDULER": settings.scheduler,
+        "TANGRAM_REDIS_URL": settings.broker.redis_url,
+        "TANGRAM_SANDBOX_ROOT": str(settings.sandbox.root),
+        "TANGRAM_NODE_HEARTBEAT_S": str(settings.node.heartbeat_s),
+        "TANGRAM_NODE_TTL_S": str(settings.node.ttl_s),
+        "TANGRAM_SANDBOX_BACKEND": settings.sandbox.backend,
+        "TANGRAM_SCHEDULER": settings.node.scheduler,
     }
 
 
@@ -213,11 +214,11 @@ def local_controller(
     env: Mapping[str, str] | None = None,
 ) -> Controller:
     """A controller over local node-worker processes (the embedded default)."""
-    client = redis.Redis.from_url(settings.redis_url)
+    client = connect(settings.broker)
     actuator = LocalProcessActuator(
         client, env if env is not None else worker_env(settings), options.node_cores,
         options.node_memory_mb, log_dir, prefix, options.drain_timeout_s,
-        registry=Registry(client, settings.node_ttl_s, settings.trajectory_ttl_s),
+        registry=Registry(client, settings.node.ttl_s, settings.actions.trajectory_ttl_s),
     )
     return Controller(client, settings, actuator, options)
 
@@ -226,10 +227,10 @@ def kubernetes_controller(settings: Settings, options: AutoscalerOptions,
                           apps_api: Any | None = None) -> Controller:
     """A controller scaling the CPU node workload of ``TANGRAM_KUBERNETES_CPU_WORKLOAD`` (the
     ``tangram-cpu-node`` StatefulSet of deploy/k8s) through its ``scale`` subresource."""
-    client = redis.Redis.from_url(settings.redis_url)
+    client = connect(settings.broker)
     actuator = KubernetesActuator(
         apps_api if apps_api is not None else cluster_apps_api(),
-        {CPU_POOL: Workload.from_settings(settings)}, drain=NodeDrain(client),
+        {CPU_POOL: Workload.from_settings(settings.autoscale)}, drain=NodeDrain(client),
         node_memory_mb=options.node_memory_mb, drain_timeout_s=options.drain_timeout_s,
     )
     return Controller(client, settings, actuator, options)
@@ -261,19 +262,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-dir", type=Path, default=Path("/var/tmp/tangram-autoscaler"))  # nosec B108 # a log dir default, overridable with --log-dir; no temp file
 
 
-def options_from_settings(settings: Settings, low_water: float | None = None,
+def options_from_settings(autoscale: AutoscaleSettings, low_water: float | None = None,
                           queue_slo_s: float | None = None) -> AutoscalerOptions:
     """:class:`AutoscalerOptions` from the ``TANGRAM_AUTOSCALE_*`` settings."""
     base = ScalingConfig()
     return AutoscalerOptions(
-        interval_s=settings.autoscale_interval_s, node_cores=settings.autoscale_node_cores,
-        node_memory_mb=settings.autoscale_node_memory_mb,
-        min_nodes=settings.autoscale_min_nodes, max_nodes=settings.autoscale_max_nodes,
-        budget_cores=settings.autoscale_budget_cores,
-        drain_timeout_s=settings.autoscale_drain_timeout_s,
+        interval_s=autoscale.interval_s, node_cores=autoscale.node_cores,
+        node_memory_mb=autoscale.node_memory_mb,
+        min_nodes=autoscale.min_nodes, max_nodes=autoscale.max_nodes,
+        budget_cores=autoscale.budget_cores,
+        drain_timeout_s=autoscale.drain_timeout_s,
         scaling=ScalingConfig(
-            target_wait_s=settings.autoscale_target_wait_s,
-            down_hold_s=settings.autoscale_down_hold_s,
+            target_wait_s=autoscale.target_wait_s,
+            down_hold_s=autoscale.down_hold_s,
             low_water=base.low_water if low_water is None else low_water,
             queue_slo_s=base.queue_slo_s if queue_slo_s is None else queue_slo_s,
         ),
@@ -285,14 +286,14 @@ def options_from_args(args: argparse.Namespace, settings: Settings) -> Autoscale
     applied over them (checked like the settings themselves)."""
     given = {setting: getattr(args, flag.replace("-", "_")) for flag, _, setting in FLAGS}
     merged = settings.with_(**{k: v for k, v in given.items() if v is not None})
-    return options_from_settings(merged, args.low_water, args.queue_slo)
+    return options_from_settings(merged.autoscale, args.low_water, args.queue_slo)
 
 
 def run_from_args(settings: Settings, args: argparse.Namespace) -> int:
     """Run ``tangram autoscaler`` until SIGINT or SIGTERM, then stop the workers it started."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     options = options_from_args(args, settings)
-    if settings.autoscale_actuator == "kubernetes":
+    if settings.autoscale.actuator == "kubernetes":
         controller = kubernetes_controller(settings, options)
     else:
         args.log_dir.mkdir(parents=True, exist_ok=True)

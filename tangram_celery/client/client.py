@@ -35,6 +35,7 @@ from tangram_celery.client.router import Router
 from tangram_celery.client.routing import MemoryWait
 from tangram_celery.client.waiter import ResultWaiter
 from tangram_celery.client.waitlist import Waitlist
+from tangram_celery.connection import connect
 from tangram_celery.errors import (
     ActionFailed,
     ActionTimeout,
@@ -100,6 +101,8 @@ class ActionHandle:
         self._client._forget(self.id)
         completed = self._client.clock.now()
         if meta.get("status") != "SUCCESS" or not isinstance(meta.get("result"), Mapping):
+            meta = self._client._stored_instead(self.id, meta)
+        if meta.get("status") != "SUCCESS" or not isinstance(meta.get("result"), Mapping):
             detail = meta.get("result")
             raise ActionFailed(
                 f"action {self.id} failed in the worker ({meta.get('status')}): {detail}"
@@ -122,19 +125,19 @@ class TangramClient:
                  memory_wait_s: float = 0.0) -> None:
         self.settings = settings
         self.app = app or make_app(settings)
-        self._redis = redis.Redis.from_url(settings.redis_url)
+        self._redis = connect(settings.broker)
         self._router = Router(self._redis, settings)
-        self._ledger = Ledger(self._redis, settings.result_ttl_s)
+        self._ledger = Ledger(self._redis, settings.broker.result_ttl_s)
         self._action_ids: dict[bytes, str] = {}
-        self.clock = BrokerClock(self._redis, settings.clock_skew_s)
+        self.clock = BrokerClock(self._redis, settings.broker.clock_skew_s)
         """Where the client's stamps come from: the broker's clock, read here."""
         self._in_flight = InFlight(self._redis, settings, self._router.registry, self._ledger,
                                    self._publish, self._result_key, self.clock.now)
-        self._waiter = ResultWaiter(redis.Redis.from_url(settings.result_backend_url),
+        self._waiter = ResultWaiter(connect(settings.broker, settings.broker.result_backend_url),
                                     fallback=self._ledger_records,
                                     on_sweep=self._in_flight.audit)
         self._waitlist = Waitlist(self._router, self._ledger, self._send,
-                                  settings.default_timeout_s, memory_wait_s)
+                                  settings.actions.default_timeout_s, memory_wait_s)
         self._limits = action_limits(settings)
         self._reached = False
 
@@ -186,7 +189,7 @@ class TangramClient:
             published = self.clock.now()
             self._send(checked, decided.queue)
         except (redis.ConnectionError, redis.TimeoutError, OperationalError) as exc:
-            raise broker_error(self.settings.redis_url, exc) from None
+            raise broker_error(self.settings.broker.redis_url, exc) from None
         return ActionHandle(checked, decided.queue, submitted, published, self)
 
     def _park(self, action: Action, wait: MemoryWait | None, submitted: float) -> ActionHandle:
@@ -255,24 +258,35 @@ class TangramClient:
                 )
             yield
 
-    def end_trajectory(self, trajectory_id: str) -> None:
-        """Free a trajectory's environment (its files, its memory reservation) on its node."""
+    def end_trajectory(self, trajectory_id: str, wait_s: float = 0.0) -> bool:
+        """Free a trajectory's environment (its files, its memory reservation) on its node.
+
+        With ``wait_s`` > 0, return only once the node has ended it (True), or False when it
+        has not confirmed within ``wait_s``: an action submitted after a confirmed end starts
+        in a fresh environment. Without it the end is sent and not waited for (True).
+        """
         registry = self._router.registry
         self._waitlist.cancel(trajectory_id, "the trajectory ended before it was placed")
         node = registry.pinned_node(trajectory_id)
         self._router.forget(trajectory_id)
         if node is None:
-            return
+            return True
         alive = {n.name for n in registry.nodes() if n.alive}
         if node not in alive:
             registry.unpin(trajectory_id)
-            return
-        self.app.send_task(
-            END_TRAJECTORY_TASK,
-            args=[trajectory_id],
-            queue=keys.cpu_queue(node),
-            task_id=f"end-{trajectory_id}-{uuid.uuid4().hex[:8]}",
-        )
+            return True
+        task_id = f"end-{trajectory_id}-{uuid.uuid4().hex[:8]}"
+        self.app.send_task(END_TRAJECTORY_TASK, args=[trajectory_id],
+                           queue=keys.cpu_queue(node), task_id=task_id)
+        if wait_s <= 0:
+            return True
+        key = self._task_key(task_id)
+        try:
+            self._waiter.wait_for(key).result(timeout=wait_s)
+        except FutureTimeout:
+            self._waiter.forget(key)
+            return False
+        return True
 
     def _ledger_records(self, result_keys: list[bytes]) -> list[dict[str, Any] | None]:
         """Ready Celery-style records from the action ledger for pending result keys."""
@@ -285,14 +299,24 @@ class TangramClient:
             records.append(None if record is None else {"status": "SUCCESS", "result": record})
         return records
 
+    def _stored_instead(self, action_id: str, meta: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The action's result in the ledger when Celery recorded a failure of its task (a
+        worker whose result was stored, but whose task then failed to report it to Celery's
+        backend, as across a failover), else ``meta``."""
+        [stored] = self._ledger.results([action_id])
+        return meta if stored is None else {"status": "SUCCESS", "result": stored}
+
     def _forget(self, action_id: str) -> None:
         raw = self.app.backend.get_key_for_task(action_id)
         self._action_ids.pop(raw if isinstance(raw, bytes) else str(raw).encode(), None)
         self._in_flight.discard(action_id)
 
+    def _task_key(self, task_id: str) -> bytes:
+        raw = self.app.backend.get_key_for_task(task_id)
+        return raw if isinstance(raw, bytes) else str(raw).encode()
+
     def _result_key(self, action_id: str) -> bytes:
-        raw = self.app.backend.get_key_for_task(action_id)
-        key = raw if isinstance(raw, bytes) else str(raw).encode()
+        key = self._task_key(action_id)
         self._action_ids[key] = action_id
         return key
 

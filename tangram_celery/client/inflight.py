@@ -9,18 +9,26 @@ rules and the pure decision are in :mod:`.recovery`; this module is their edge.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 from kombu.exceptions import OperationalError
 
 from tangram_celery import keys
 from tangram_celery.action import Action
-from tangram_celery.client.recovery import audit, broker_action_ids, stranded, take_action
+from tangram_celery.client.recovery import (
+    Stranded,
+    audit,
+    broker_action_ids,
+    stranded,
+    take_action,
+)
 from tangram_celery.client.waiter import decode_meta
 from tangram_celery.pools.registry import Registry
 from tangram_celery.pools.serving import rejected_result
@@ -81,7 +89,7 @@ class InFlight:
         """Publish again the unfinished actions the broker lost (see :mod:`.recovery`), and
         answer those stranded on a dead node; does nothing until ``recovery_audit_s`` has
         passed since the last audit."""
-        every = self.settings.recovery_audit_s
+        every = self.settings.client.recovery_audit_s
         now = time.time()
         if every <= 0 or now - self._last_audit < every:
             return
@@ -117,33 +125,37 @@ class InFlight:
     def _answer_stranded(self, waiting: list[Sent]) -> None:
         """Answer ``node_lost`` for waiting actions queued on a CPU node that stopped
         heart-beating ``stranded_after_s`` ago (see :mod:`.recovery`)."""
-        after = self.settings.stranded_after_s
+        after = self.settings.client.stranded_after_s
         queues = {s.id: s.queue for s in waiting if keys.cpu_node_of_queue(s.queue)}
         if after <= 0 or not queues:
             return
-        views = Registry(self._redis, after, self.settings.trajectory_ttl_s).nodes()
+        views = Registry(self._redis, after, self.settings.actions.trajectory_ttl_s).nodes()
         dead = {view.name for view in views if not view.alive}
         options = celery_config(self.settings)["broker_transport_options"]
         by_id = {s.id: s for s in waiting}
         for action_id in stranded(queues, dead):
             sent = by_id[action_id]
+            node = keys.cpu_node_of_queue(sent.queue) or ""
+            reason, answer = self._node_lost(sent, node, after)
             taken = take_action(self._redis, action_id, sent.queue, str(options["sep"]),
-                                list(options["priority_steps"]))
+                                list(options["priority_steps"]), Stranded(
+                                    node, after, json.dumps(answer, separators=(",", ":")),
+                                    self.settings.broker.result_ttl_s))
             if taken is not None:
-                self._fail_node_lost(sent, keys.cpu_node_of_queue(sent.queue) or "", after)
+                log.warning("action %s: %s", sent.id, reason)
+                self._registry.unpin(sent.action.trajectory_id)
 
-    def _fail_node_lost(self, sent: Sent, node: str, after: float) -> None:
+    def _node_lost(self, sent: Sent, node: str, after: float) -> tuple[str, dict[str, Any]]:
+        """Why ``sent`` is answered ``node_lost``, and the answer."""
         reason = (f"node_lost: CPU node {node} has sent no heartbeat for over {after:g} s while "
                   f"this action was queued for it; the trajectory's environment was on that "
                   "node and is gone. Restart the trajectory under a new trajectory id: its "
                   "actions go to a live node (under the old id, a node that comes back may "
                   "still hold the old environment)")
-        log.warning("action %s: %s", sent.id, reason)
         message, now = sent.action.to_json(), self._stamp()
         answer = rejected_result(message, reason, node, now, status="node_lost")
         answer["timings"]["stored"] = now
-        self._ledger.store(sent.id, worker_view(answer, message))
-        self._registry.unpin(sent.action.trajectory_id)
+        return reason, worker_view(answer, message)
 
     def _finished(self, action_ids: list[str]) -> set[str]:
         celery_keys = [self._result_key(i) for i in action_ids]

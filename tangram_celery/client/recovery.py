@@ -19,7 +19,8 @@ copy that did survive somewhere returns the stored result instead of running aga
 
 A CPU node that stops heart-beating for good strands the actions queued for it, and its
 trajectories' environments are gone with it. After ``TANGRAM_STRANDED_AFTER_S`` the client
-takes such an action's message out of the broker (:func:`take_action`, atomic, so a node coming
+takes such an action's message out of the broker and stores its answer (:func:`take_action`, one
+atomic script that first checks the node is still silent, so a node coming
 back cannot also run it) and stores a ``node_lost`` result for it, so the training loop gets an
 answer instead of waiting forever; the trajectory is unpinned, and its next action starts afresh
 on a live node.
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 import redis
 
 from tangram_celery import keys
+from tangram_celery.connection import durable, idempotent
 from tangram_celery.pools.inventory import UNACKED_KEY, priority_lists
 
 UNACKED_INDEX_KEY = "unacked_index"
@@ -74,7 +76,7 @@ local function each_listed(visit)
 end
 """
 
-BROKER_IDS_SCRIPT = _COMMON_LUA + """
+BROKER_IDS_SCRIPT = idempotent(_COMMON_LUA + """
 local out = {}
 each_listed(function(_, v)
   local id = id_of(v)
@@ -86,9 +88,18 @@ for _, v in ipairs(redis.call('HVALS', ARGV[1])) do
   if id then out[#out + 1] = id end
 end
 return out
-"""
+""")
 
 TAKE_SCRIPT = _COMMON_LUA + """
+-- ARGV: unacked, chunk, tail, action id, unacked index, node hash, silent s, result key,
+--       answer, answer ttl
+local t = redis.call('TIME')
+local beat = tonumber(redis.call('HGET', ARGV[6], 'heartbeat') or '0')
+if tonumber(t[1]) + tonumber(t[2]) / 1000000 - beat <= tonumber(ARGV[7]) then return false end
+local function answer(v)
+  redis.call('SET', ARGV[8], ARGV[9], 'NX', 'EX', ARGV[10])
+  return v
+end
 local taken = each_listed(function(key, v)
   if id_of(v) == ARGV[4] then
     redis.call('LREM', key, 1, v)
@@ -96,13 +107,13 @@ local taken = each_listed(function(key, v)
   end
   return nil
 end)
-if taken then return taken end
+if taken then return answer(taken) end
 local pairs_ = redis.call('HGETALL', ARGV[1])
 for i = 1, #pairs_, 2 do
   if id_of(pairs_[i + 1]) == ARGV[4] then
     redis.call('HDEL', ARGV[1], pairs_[i])
     redis.call('ZREM', ARGV[5], pairs_[i])
-    return pairs_[i + 1]
+    return answer(pairs_[i + 1])
   end
 end
 return false
@@ -169,10 +180,27 @@ def broker_action_ids(
 
 def take_action(
     client: redis.Redis, action_id: str, queue: str, sep: str, steps: Sequence[int],
+    stranded: Stranded,
 ) -> bytes | None:
-    """Atomically remove ``action_id``'s message from ``queue`` (any priority list) or from
-    the ``unacked`` hash; returns the message, or None when no copy was left to take."""
+    """Atomically, unless the node has heart-beaten within ``stranded.silent_s`` (it is back,
+    and will run the action itself), remove ``action_id``'s message from ``queue`` (any
+    priority list) or from the ``unacked`` hash and store ``stranded.answer`` as its result;
+    returns the message, or None when nothing was taken. The answer is on a replica before
+    this returns when Redis has one (:func:`~tangram_celery.connection.durable`)."""
     lists = [name for _, name in priority_lists(queue, sep, steps)]
-    raw = client.eval(TAKE_SCRIPT, len(lists), *lists, UNACKED_KEY, SCAN_CHUNK, TAIL_CHARS,
-                      action_id, UNACKED_INDEX_KEY)
+    [raw] = durable(client, "result", lambda pipe: pipe.eval(
+        TAKE_SCRIPT, len(lists), *lists, UNACKED_KEY, SCAN_CHUNK, TAIL_CHARS, action_id,
+        UNACKED_INDEX_KEY, keys.node(stranded.node), stranded.silent_s,
+        keys.action_result(action_id), stranded.answer, stranded.ttl_s))
     return raw if isinstance(raw, bytes) else None
+
+
+@dataclass(frozen=True)
+class Stranded:
+    """What :func:`take_action` needs to answer a stranded action: its node, how long that
+    node has to have been silent, the answer (JSON) and how long it is kept."""
+
+    node: str
+    silent_s: float
+    answer: str
+    ttl_s: int

@@ -51,17 +51,17 @@ class Router:
 
     def __init__(self, client: redis.Redis, settings: Settings,
                  pin_cache_s: float = PIN_CACHE_S, client_id: str | None = None) -> None:
-        self.registry = Registry(client, settings.node_ttl_s, settings.trajectory_ttl_s)
-        self.tickets = MemoryTickets(client, settings.trajectory_ttl_s,
+        self.registry = Registry(client, settings.node.ttl_s, settings.actions.trajectory_ttl_s)
+        self.tickets = MemoryTickets(client, settings.actions.trajectory_ttl_s,
                                      client_id or uuid.uuid4().hex)
         self.dropped: list[dict[str, Any]] = []
         """Tickets of dead clients this router dropped, not yet answered (see tickets)."""
         self._lock = threading.Lock()
         self._redis = client
-        self._node_ttl_s = settings.node_ttl_s
+        self._node_ttl_s = settings.node.ttl_s
         self._pin_cache_s = pin_cache_s
-        self._base = RoutingInputs(apis=parse_api_limits(settings.api_limits),
-                                   default_memory_mb=settings.trajectory_memory_mb)
+        self._base = RoutingInputs(apis=parse_api_limits(settings.api.limits),
+                                   default_memory_mb=settings.actions.trajectory_memory_mb)
         self._pins: dict[str, tuple[str, float]] = {}
         self._nodes: tuple[NodeView, ...] = ()
         self._gpu_pools: dict[str, tuple[GpuPoolView | None, float]] = {}

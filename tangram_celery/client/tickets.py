@@ -6,7 +6,9 @@ the memory unreserved; otherwise it gets a ticket, a place in line handed out by
 the order holds across clients. The waiting client renews its tickets' leases; the script drops a
 ticket whose lease ran out (its client died) and hands it back, so the caller answers its actions
 ``client_lost`` instead of leaving them unanswered, and records it in
-:data:`~tangram_celery.keys.MEMORY_ABANDONED`.
+:data:`~tangram_celery.keys.MEMORY_ABANDONED`. The script is idempotent, and its pin or ticket is on
+a replica before :meth:`MemoryTickets.place` returns when Redis has one
+(:func:`~tangram_celery.connection.durable`), so a failover loses neither.
 """
 
 from __future__ import annotations
@@ -19,13 +21,14 @@ from typing import Any
 import redis
 
 from tangram_celery import keys
+from tangram_celery.connection import durable, idempotent
 
 LEASE_S = 10.0
 """How long a ticket outlives its client's last renewal."""
 KEEP = 1000
 """Entries kept in the admission and abandoned lists."""
 
-PLACE_SCRIPT = """
+PLACE_SCRIPT = idempotent("""
 -- KEYS: pin, memory, node hash, node trajectories, tickets, leases, seq, info, admissions,
 --       abandoned
 -- ARGV: trajectory, node ('' = none fits now), memory_mb, pin ttl, lease_s, ticket json, keep
@@ -85,9 +88,9 @@ if not mine then
 end
 redis.call('ZADD', KEYS[6], now + tonumber(ARGV[5]), traj)
 return {'queued', tostring(redis.call('ZRANK', KEYS[5], traj)), dropped}
-"""
+""")
 
-RENEW_SCRIPT = """
+RENEW_SCRIPT = idempotent("""
 -- KEYS: leases; ARGV: lease_s, then the trajectories. Renews those still waiting.
 local t = redis.call('TIME')
 local until_ = tonumber(t[1]) + tonumber(t[2]) / 1000000 + tonumber(ARGV[1])
@@ -95,7 +98,7 @@ for i = 2, #ARGV do
   redis.call('ZADD', KEYS[1], 'XX', until_, ARGV[i])
 end
 return 1
-"""
+""")
 
 
 @dataclass(frozen=True)
@@ -150,13 +153,14 @@ class MemoryTickets:
         target = node or ""
         info = json.dumps({"trajectory": trajectory_id, "memory_mb": memory_mb,
                            "actions": list(action_ids), "client": self._client_id})
-        status, value, dropped = self._place(
+        [(status, value, dropped)] = durable(self._redis, "placement", lambda pipe: self._place(
             keys=[keys.trajectory_pin(trajectory_id), keys.trajectory_memory(trajectory_id),
                   keys.node(target), keys.node_trajectories(target), keys.MEMORY_TICKETS,
                   keys.MEMORY_TICKET_LEASES, keys.MEMORY_TICKET_SEQ, keys.MEMORY_TICKET_INFO,
                   keys.MEMORY_ADMISSIONS, keys.MEMORY_ABANDONED],
             args=[trajectory_id, target, memory_mb, self._ttl_s, self.lease_s, info, KEEP],
-        )
+            client=pipe,
+        ))
         gone = tuple(json.loads(raw) for raw in dropped)
         if _text(status) == "pinned":
             return Placement(_text(value), 0, gone)

@@ -99,7 +99,8 @@ class ResultWaiter:
 
     def _serve(self) -> None:
         client = self._client
-        pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        open_pubsub: Callable[..., Any] = client.pubsub
+        pubsub = open_pubsub(ignore_subscribe_messages=True)
         with self._lock:
             for key in self._pending:
                 self._new.put(key)

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 import signal
-import sys
 import urllib.request
 from collections.abc import Sequence
 
-from tangram_celery.errors import TangramError
+from tangram_celery.command_line import run_with_settings
 from tangram_celery.gateway.runtime import Gateway
 from tangram_celery.settings import Settings
 
@@ -35,15 +34,15 @@ def ping(address: str, port: int, timeout: float = 5.0) -> bool:
     host = "127.0.0.1" if address in ("0.0.0.0", "") else address  # nosec B104 # the wildcard is reached on loopback
     try:
         with urllib.request.urlopen(f"http://{host}:{port}/v1/ping", timeout=timeout) as reply:  # nosec B310 # our own http URL
-            return bool(reply.read().decode() == "pong")
+            return bool(reply.read().decode().strip().strip('"') == "pong")
     except OSError:
         return False
 
 
 def run_from_args(settings: Settings, args: argparse.Namespace) -> int:
     """Run ``tangram gateway`` with parsed :func:`add_arguments` until SIGINT or SIGTERM."""
-    address = settings.gateway_address if args.address is None else args.address
-    port = settings.gateway_port if args.port is None else args.port
+    address = settings.gateway.address if args.address is None else args.address
+    port = settings.gateway.port if args.port is None else args.port
     if args.check:
         return 0 if ping(address, port) else 1
     gateway = Gateway(settings, address, port)
@@ -52,7 +51,7 @@ def run_from_args(settings: Settings, args: argparse.Namespace) -> int:
             signal.signal(signum, lambda *_: gateway.request_stop())
         print(f"tangram gateway: serving SandboxFusion's /run_code on {gateway.url} "
               f"(languages: {', '.join(gateway.languages)}; "
-              f"token {'required' if settings.gateway_token else 'off'})", flush=True)
+              f"token {'required' if settings.gateway.token else 'off'})", flush=True)
         gateway.wait()
     return 0
 
@@ -61,8 +60,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m tangram_celery.gateway``."""
     parser = argparse.ArgumentParser(prog="tangram gateway", description=__doc__.split("\n")[0])
     add_arguments(parser)
-    try:
-        return run_from_args(Settings.from_env(), parser.parse_args(argv))
-    except TangramError as exc:
-        print(f"tangram gateway: error: {exc}", file=sys.stderr)
-        return 2
+    return run_with_settings(parser, run_from_args, argv)

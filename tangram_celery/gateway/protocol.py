@@ -1,9 +1,10 @@
 """SandboxFusion's ``/run_code`` as data: the request, the two command results, the response.
 
 Pure: :func:`parse_run_request` checks a request body the way SandboxFusion's models do (same
-fields, same defaults) and raises :class:`~tangram_celery.errors.GatewayRequestError` naming the
-field; :func:`run_status` applies SandboxFusion's status rules; :func:`response_body` is the JSON
-a client reads back.
+fields, same defaults, numbers given as strings and base64 with line breaks read as pydantic and
+Python's decoder read them) and raises :class:`~tangram_celery.errors.GatewayRequestError` naming
+the field (the server answers 422 with FastAPI's ``detail``); :func:`run_status` applies
+SandboxFusion's status rules; :func:`response_body` is the JSON a client reads back.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tangram_celery.errors import GatewayRequestError
+from tangram_celery.gateway.languages import SANDBOX_FUSION_LANGUAGES
+
+KNOWN_LANGUAGES = SANDBOX_FUSION_LANGUAGES | {"c"}
+"""SandboxFusion's languages, and those tangram serves beyond them."""
 
 FINISHED = "Finished"
 TIME_LIMIT = "TimeLimitExceeded"
@@ -82,8 +87,9 @@ def parse_run_request(body: bytes | str) -> RunRequest:
     if not isinstance(code, str):
         raise GatewayRequestError("code", "missing or not a string; the program to run")
     language = data.get("language")
-    if not isinstance(language, str) or not language:
-        raise GatewayRequestError("language", "missing or not a string (e.g. 'python')")
+    if not isinstance(language, str) or language not in KNOWN_LANGUAGES:
+        raise GatewayRequestError("language", f"missing or not one of SandboxFusion's languages "
+                                  f"({', '.join(sorted(KNOWN_LANGUAGES))})")
     stdin = data.get("stdin")
     if stdin is not None and not isinstance(stdin, str):
         raise GatewayRequestError("stdin", "must be a string or null")
@@ -142,22 +148,34 @@ def sandbox_error(message: str, executor: str | None = None) -> dict[str, Any]:
             "run_result": None, "executor_pod_name": executor, "files": {}}
 
 
+def _number(raw: Any) -> float | None:
+    """A JSON number, or a string holding one (pydantic's lax reading); None otherwise."""
+    if isinstance(raw, str):
+        try:
+            raw = float(raw.strip())
+        except ValueError:
+            return None
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw):
+        return None
+    return float(raw)
+
+
 def _timeout(name: str, raw: Any) -> float:
     if raw is None:
         return DEFAULT_TIMEOUT_S
-    if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw) \
-            or raw <= 0:
+    value = _number(raw)
+    if value is None or value <= 0:
         raise GatewayRequestError(name, "must be a positive number of seconds")
-    return float(raw)
+    return value
 
 
 def _memory(raw: Any) -> int:
     if raw is None:
         return -1
-    if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw) \
-            or raw != int(raw):
+    value = _number(raw)
+    if value is None or value != int(value):
         raise GatewayRequestError("memory_limit_MB", "must be a whole number of MB (-1: none)")
-    return int(raw)
+    return int(value)
 
 
 def _files(raw: Any) -> dict[str, bytes]:
@@ -173,7 +191,7 @@ def _files(raw: Any) -> dict[str, bytes]:
             raise GatewayRequestError(f"files.{path}", "content must be base64 text or null")
         _check_path(f"files.{path}", path)
         try:
-            files[path] = base64.b64decode(content, validate=True)
+            files[path] = base64.b64decode(content)
         except (binascii.Error, ValueError):
             raise GatewayRequestError(f"files.{path}", "content is not valid base64") from None
     return files

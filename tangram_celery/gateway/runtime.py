@@ -8,7 +8,6 @@ seconds (what ``tangram status`` shows), and ends named trajectories that went i
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import logging
 import socket
@@ -21,8 +20,10 @@ import redis
 
 from tangram_celery import keys
 from tangram_celery.client import TangramClient
-from tangram_celery.errors import ConfigError
+from tangram_celery.connection import connect
+from tangram_celery.credentials import require_credential
 from tangram_celery.gateway.languages import available, on_path
+from tangram_celery.gateway.reward import RewardService
 from tangram_celery.gateway.server import GatewayHTTPServer, serve_in_thread
 from tangram_celery.gateway.service import RunCodeService
 from tangram_celery.settings import Settings
@@ -31,24 +32,11 @@ log = logging.getLogger(__name__)
 PRESENCE_INTERVAL_S = 2.0
 
 
-def is_loopback(address: str) -> bool:
-    """Whether ``address`` (an IP or ``localhost``) only listens on this host."""
-    if address == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return False
-
-
 def check_exposure(address: str, token: str) -> None:
     """Raise :class:`ConfigError` for an address off loopback without a bearer token."""
-    if not token and not is_loopback(address):
-        raise ConfigError(
-            f"tangram gateway refuses to listen on {address} without a token: anyone who "
-            "reaches it could run code on the CPU pool; set TANGRAM_GATEWAY_TOKEN (clients send "
-            "'Authorization: Bearer <token>'), or listen on 127.0.0.1"
-        )
+    require_credential(
+        address, token, "tangram gateway",
+        "set TANGRAM_GATEWAY_TOKEN (clients send 'Authorization: Bearer <token>')")
 
 
 class Gateway:
@@ -57,10 +45,10 @@ class Gateway:
     def __init__(self, settings: Settings, address: str | None = None,
                  port: int | None = None) -> None:
         self.settings = settings
-        self.address = settings.gateway_address if address is None else address
-        self.port = settings.gateway_port if port is None else port
-        check_exposure(self.address, settings.gateway_token)
-        self.languages = available(on_path, settings.gateway_languages)
+        self.address = settings.gateway.address if address is None else address
+        self.port = settings.gateway.port if port is None else port
+        check_exposure(self.address, settings.gateway.token)
+        self.languages = available(on_path, settings.gateway.languages)
         self.client: TangramClient | None = None
         self.service: RunCodeService | None = None
         self.server: GatewayHTTPServer | None = None
@@ -85,16 +73,18 @@ class Gateway:
 
     def start(self) -> None:
         """Bind, serve and start publishing; raises ``OSError`` when the port is taken."""
-        self.client = TangramClient(self.settings, memory_wait_s=self.settings.gateway_wait_s)
+        self.client = TangramClient(self.settings, memory_wait_s=self.settings.gateway.wait_s)
         self.service = RunCodeService(self.settings, self.client, self.languages)
         try:
+            rewards = RewardService(self.client, self.settings.gateway.reward_model,
+                                    self.settings.gateway.wait_s)
             self.server = GatewayHTTPServer((self.address, self.port), self.service,
-                                            self.settings.gateway_token)
+                                            self.settings.gateway.token, rewards)
         except OSError:
             self.client.close()
             raise
         self.name = f"{socket.gethostname()}:{self.server.server_address[1]}"
-        self._redis = redis.Redis.from_url(self.settings.redis_url, socket_timeout=5.0)
+        self._redis = connect(self.settings.broker)
         self._stop_http = serve_in_thread(self.server)
         self._ticker = threading.Thread(target=self._tick_forever, name="tangram-gateway-tick",
                                         daemon=True)

@@ -1,22 +1,31 @@
 """The gateway's HTTP server: SandboxFusion's endpoints over a threading HTTP/1.1 server.
 
     POST   /run_code                  SandboxFusion's RunCodeRequest -> RunCodeResponse
-    GET    /v1/ping                   "pong", as SandboxFusion answers
+    POST   /run_jupyter               SandboxFusion's RunJupyterRequest -> RunJupyterResponse
+    POST   /get_reward                OpenRLHF's remote reward: query, prompts, labels -> rewards
+    GET    /v1/ping                   the JSON string "pong", as SandboxFusion answers
     GET    /healthz                   {"status": "ok", ...}
     DELETE /v1/trajectories/NAME      end a trajectory kept with X-Tangram-Trajectory: NAME
 
-Headers: ``Authorization: Bearer TOKEN`` (required on ``/run_code`` and ``/v1/trajectories``
-when ``TANGRAM_GATEWAY_TOKEN`` is set; clients that cannot add a header, as verl's, put
-``?token=TOKEN`` in the URL instead), ``X-Tangram-Trajectory: NAME`` (keep the request's
-trajectory, its files, for the next request naming it), ``X-Tangram-Signature: SIG`` (the key
-of a ``pytest`` run's learned durations). One thread per connection: a request waits for its
-actions while hundreds of others wait beside it, and the listen backlog holds a burst, so a busy
-pool makes requests slow, never refused. Errors are JSON: 400 for a bad body or header, 401
-without the token, 404 for an unknown path, 501 for SandboxFusion endpoints not served here.
+Headers: ``Authorization: Bearer TOKEN`` (required on ``/run_code`` and ``/v1/trajectories`` when
+``TANGRAM_GATEWAY_TOKEN`` is set; clients that cannot add a header, as verl's, put ``?token=TOKEN``
+in the URL instead; those that take only a base URL, as SandboxFusion's own client, use
+``http://tangram:TOKEN@HOST:PORT``, Basic credentials whose password is the token),
+``X-Tangram-Trajectory: NAME`` (keep the request's trajectory, its files, for the next request
+naming it), ``X-Tangram-Session: 1`` (with a trajectory name and ``python``: the code runs in the
+trajectory's Python session, whose variables, imports and cwd live from one request to the next),
+``X-Tangram-Signature: SIG`` (the key of a ``pytest`` run's learned durations). One thread per
+connection: a request waits for its actions while hundreds of others wait beside it, and the listen
+backlog holds a burst, so a busy pool makes requests slow, never refused. Errors are JSON: 422 for
+a bad body or header (with FastAPI's ``detail``, as SandboxFusion answers), 401 without the token,
+404 for an unknown path, 501 for SandboxFusion endpoints not served here; a request the gateway
+fails on is answered ``SandboxError``, as SandboxFusion does, never 500. A ``/run_code`` answer
+carries ``X-Tangram-Timings``: its seconds in the gateway, the broker, the sandbox and the program.
 """
 
 from __future__ import annotations
 
+import base64
 import hmac
 import json
 import logging
@@ -26,14 +35,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tangram_celery.errors import GatewayRequestError
-from tangram_celery.gateway.protocol import parse_run_request
-from tangram_celery.gateway.service import RunCodeService
+from tangram_celery.credentials import redact
+from tangram_celery.errors import GatewayRequestError, TangramError
+from tangram_celery.gateway.jupyter import parse_jupyter_request
+from tangram_celery.gateway.protocol import parse_run_request, sandbox_error
+from tangram_celery.gateway.reward import RewardService, parse_reward_request
+from tangram_celery.gateway.service import TIMINGS, RunCodeService
 
 log = logging.getLogger(__name__)
-SERVED = ("POST /run_code", "GET /v1/ping", "GET /healthz", "DELETE /v1/trajectories/NAME")
+SERVED = ("POST /run_code", "POST /run_jupyter", "POST /get_reward", "GET /v1/ping", "GET /healthz",
+          "DELETE /v1/trajectories/NAME")
 NOT_SERVED = frozenset({
-    "/run_jupyter", "/submit", "/get_prompts", "/get_prompt_by_id", "/list_datasets",
+    "/submit", "/get_prompts", "/get_prompt_by_id", "/list_datasets",
     "/list_ids", "/get_metrics", "/get_metrics_function", "/submit_safe",
 })
 """SandboxFusion endpoints that the gateway does not serve (its notebook and dataset APIs)."""
@@ -49,10 +62,12 @@ class GatewayHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = BACKLOG
 
-    def __init__(self, address: tuple[str, int], service: RunCodeService, token: str) -> None:
+    def __init__(self, address: tuple[str, int], service: RunCodeService, token: str,
+                 rewards: RewardService | None = None) -> None:
         super().__init__(address, GatewayHandler)
         self.service = service
         self.token = token
+        self.rewards = rewards
 
     @property
     def url(self) -> str:
@@ -72,7 +87,7 @@ class GatewayHandler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         path = self._path()
         if path == "/v1/ping":
-            self._send(200, "pong", content_type="text/plain; charset=utf-8")
+            self._json(200, "pong")
         elif path == "/healthz":
             service = self.server.service
             self._json(200, {"status": "ok", "in_flight": service.in_flight,
@@ -82,7 +97,10 @@ class GatewayHandler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = self._path()
-        if path != "/run_code":
+        if path == "/get_reward" and self.server.rewards is not None:
+            self._reward(self.server.rewards)
+            return
+        if path not in ("/run_code", "/run_jupyter"):
             self._drain()
             self._unknown(path, "POST")
             return
@@ -92,18 +110,40 @@ class GatewayHandler(BaseHTTPRequestHandler):
         if body is None:
             return
         try:
+            if path == "/run_jupyter":
+                response = self.server.service.run_jupyter(parse_jupyter_request(body))
+                self._json(200, response)
+                return
             request = parse_run_request(body)
             response = self.server.service.run(
                 request, self.headers.get("X-Tangram-Trajectory"),
-                self.headers.get("X-Tangram-Signature"))
+                self.headers.get("X-Tangram-Signature"),
+                session=bool(self.headers.get("X-Tangram-Session")))
         except GatewayRequestError as exc:
-            self._json(400, {"error": str(exc), "field": exc.field})
+            self._json(422, unprocessable(exc))
             return
         except Exception as exc:
             log.exception("gateway request failed")
-            self._json(500, {"error": f"tangram gateway failed on this request: {exc}"})
+            response = sandbox_error(f"tangram gateway failed on this request: {exc}")
+        split = response.pop(TIMINGS, None)
+        extra = None if split is None else {"X-Tangram-Timings": json.dumps(split)}
+        self._json(200, response, extra)
+
+    def _reward(self, rewards: RewardService) -> None:
+        """OpenRLHF's ``/get_reward`` (see :mod:`~tangram_celery.gateway.reward`)."""
+        if not self._authorized():
             return
-        self._json(200, response)
+        body = self._body()
+        if body is None:
+            return
+        try:
+            answer = rewards.rewards(parse_reward_request(body))
+        except GatewayRequestError as exc:
+            self._json(422, unprocessable(exc))
+        except (TangramError, OSError) as exc:
+            self._json(503, {"error": f"tangram could not score the request: {exc}"})
+        else:
+            self._json(200, answer)
 
     def do_DELETE(self) -> None:
         path = self._path()
@@ -115,12 +155,12 @@ class GatewayHandler(BaseHTTPRequestHandler):
         try:
             ended = self.server.service.end(path[len(TRAJECTORIES):])
         except GatewayRequestError as exc:
-            self._json(400, {"error": str(exc), "field": exc.field})
+            self._json(422, unprocessable(exc))
             return
         self._json(200, {"ended": ended})
 
     def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s %s", self.address_string(), format % args)
+        log.debug("%s %s", self.address_string(), redact(format % args))
 
     def _path(self) -> str:
         return self.path.split("?", 1)[0].rstrip("/") or "/"
@@ -129,8 +169,7 @@ class GatewayHandler(BaseHTTPRequestHandler):
         token = self.server.token
         if not token:
             return True
-        header = self.headers.get("Authorization", "")
-        given = header[7:] if header.startswith("Bearer ") else _query_token(self.path)
+        given = _given_token(self.headers.get("Authorization", ""), self.path)
         if given is not None and hmac.compare_digest(given.encode(), token.encode()):
             return True
         self._drain()
@@ -184,6 +223,27 @@ class GatewayHandler(BaseHTTPRequestHandler):
             self.close_connection = True
         self.end_headers()
         self.wfile.write(data)
+
+
+def unprocessable(exc: GatewayRequestError) -> dict[str, Any]:
+    """The 422 body FastAPI gives a request its model refuses (``detail``), with tangram's
+    one-line ``error`` and ``field`` beside it."""
+    where = ["body", *(p for p in exc.field.split(".", 1) if exc.field != "body")]
+    return {"detail": [{"loc": where, "msg": exc.reason, "type": "value_error"}],
+            "error": str(exc), "field": exc.field}
+
+
+def _given_token(header: str, path: str) -> str | None:
+    """The token a request gives: ``Bearer TOKEN``, the password of ``Basic`` credentials (a
+    client that takes only a base URL: ``http://tangram:TOKEN@HOST:PORT``) or ``?token=``."""
+    if header.startswith("Bearer "):
+        return header[7:]
+    if header.startswith("Basic "):
+        try:
+            return base64.b64decode(header[6:], validate=True).decode().partition(":")[2]
+        except (ValueError, UnicodeDecodeError):
+            return None
+    return _query_token(path)
 
 
 def _query_token(path: str) -> str | None:

@@ -1,12 +1,13 @@
 """The gateway's work behind the HTTP server: one ``/run_code`` request as tangram actions.
 
-:class:`RunCodeService` turns a checked :class:`~tangram_celery.gateway.protocol.RunRequest`
-into its steps (:mod:`~tangram_celery.gateway.steps`), submits them with the real
-:class:`~tangram_celery.client.TangramClient` (so they are routed, queued and scheduled like any
-other action), waits for each, and builds SandboxFusion's response. A request runs in a fresh
-trajectory, ended in the background once its response is ready, unless it names one
-(``X-Tangram-Trajectory``): a named trajectory keeps its files until
-``DELETE /v1/trajectories/NAME`` or until it has been idle for
+:class:`RunCodeService` turns a checked :class:`~tangram_celery.gateway.protocol.RunRequest` into
+one action (its compile and run steps and the files it fetches,
+:mod:`~tangram_celery.gateway.steps`), submits it with the real
+:class:`~tangram_celery.client.TangramClient` (so it is routed, queued and scheduled like any other
+action), waits for it, and builds SandboxFusion's response. A request runs in a one-request
+trajectory, in a recycled sandbox its node wipes afterwards (the node also ends the trajectory: no
+end message), unless it names one (``X-Tangram-Trajectory``): a named trajectory keeps its files
+until ``DELETE /v1/trajectories/NAME`` or until it has been idle for
 ``TANGRAM_GATEWAY_TRAJECTORY_IDLE_S``. A busy pool makes requests wait (the node queues them; while
 no node has memory for another trajectory, the client parks them in the shared memory line, first
 come first served, for up to ``TANGRAM_GATEWAY_WAIT_S``); it never refuses them. A request whose
@@ -15,6 +16,7 @@ trajectory no node could ever hold is answered ``SandboxError`` at once.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -32,28 +34,23 @@ from tangram_celery.errors import (
     ActionFailed,
     ActionTimeout,
     GatewayRequestError,
+    NoCapacityError,
     RoutingError,
     ServiceError,
     TangramError,
     ValidationError,
 )
+from tangram_celery.gateway.jupyter import JupyterRequest, driver_code, jupyter_response
 from tangram_celery.gateway.languages import LANGUAGES, unsupported
-from tangram_celery.gateway.protocol import (
-    ERROR,
-    FINISHED,
-    CommandResult,
-    RunRequest,
-    response_body,
-    sandbox_error,
-)
+from tangram_celery.gateway.protocol import RunRequest, response_body, sandbox_error
 from tangram_celery.gateway.steps import (
     StepConfig,
-    command_result,
-    compile_action,
-    fetch_action,
-    fetched_files,
+    command_results,
+    fetched,
+    memory_mb,
     pytest_signature,
-    run_action,
+    request_action,
+    time_split,
 )
 from tangram_celery.settings import Settings
 
@@ -61,6 +58,8 @@ log = logging.getLogger(__name__)
 TRAJECTORY_PREFIX = "gw:"
 """Named trajectories live under this prefix, apart from those of other clients."""
 FRESH_PREFIX = "gw-"
+TIMINGS = "_tangram_timings"
+"""Where a response's time split travels to the server, which sends it as a header."""
 BROKER_CALLS = 32
 """Requests that talk to Redis at once (submit, end); the others wait their turn, so a burst
 of any size stays within the client's connection pool. Waiting for results needs no turn."""
@@ -87,8 +86,8 @@ class RunCodeService:
         self.settings = settings
         self.client = client
         self.languages = languages
-        self.config = StepConfig(memory_cap_mb=settings.sandbox_memory_mb,
-                                 pytest_max_cores=settings.gateway_pytest_max_cores)
+        self.config = StepConfig(memory_default_mb=settings.sandbox.memory_mb,
+                                 pytest_max_cores=settings.gateway.pytest_max_cores)
         self._clock = clock
         self._lock = threading.Lock()
         self._kept: dict[str, float] = {}
@@ -98,36 +97,57 @@ class RunCodeService:
         self.in_flight = 0
 
     def run(self, request: RunRequest, trajectory: str | None = None,
-            signature: str | None = None) -> dict[str, Any]:
+            signature: str | None = None, session: bool = False) -> dict[str, Any]:
         """The SandboxFusion response to one request (raises :class:`GatewayRequestError` for a
-        bad header)."""
+        bad header); ``session``: run it in the named trajectory's Python session."""
         trajectory_id, kept = trajectory_for(trajectory)
+        if session and (not kept or request.language != "python"):
+            raise GatewayRequestError("X-Tangram-Session", "a session needs a trajectory name "
+                                      "(X-Tangram-Trajectory) and language 'python'")
         with self._lock:
             self.in_flight += 1
             if kept:
                 self._kept[trajectory_id] = self._clock()
         try:
-            return self._run(request, trajectory_id, signature)
+            return self._run(request, trajectory_id, kept, signature, session)
         finally:
-            if not kept:
-                self._enders.submit(self._end, trajectory_id)
             with self._lock:
                 self.in_flight -= 1
                 self.served += 1
                 if kept and trajectory_id in self._kept:
                     self._kept[trajectory_id] = self._clock()
 
+    def run_jupyter(self, request: JupyterRequest) -> dict[str, Any]:
+        """SandboxFusion's ``/run_jupyter`` answer: the cells in a fresh kernel (see
+        :mod:`~tangram_celery.gateway.jupyter`), one action in a recycled sandbox."""
+        with self._lock:
+            self.in_flight += 1
+        try:
+            run = dataclasses.replace(request.run, code=driver_code(request))
+            answer = self._run(run, FRESH_PREFIX + uuid.uuid4().hex, False, None)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+                self.served += 1
+        if answer.get("run_result") is None:
+            return jupyter_response(ActionResult("", "", "exec", "error",
+                                                 error=str(answer.get("message"))),
+                                    None, {}, None)
+        result = ActionResult("", "", "exec", "ok")
+        return jupyter_response(result, answer["run_result"], answer.get("files") or {},
+                                answer.get("executor_pod_name"))
+
     def end(self, name: str) -> str:
         """End a named trajectory now (``DELETE /v1/trajectories/NAME``); idempotent."""
         trajectory_id, _ = trajectory_for(name)
         with self._lock:
             self._kept.pop(trajectory_id, None)
-        self._end(trajectory_id)
+        self._end(trajectory_id, self.settings.gateway.wait_s)
         return trajectory_id
 
     def reap_idle(self) -> list[str]:
         """End the named trajectories idle longer than ``TANGRAM_GATEWAY_TRAJECTORY_IDLE_S``."""
-        cutoff = self._clock() - self.settings.gateway_trajectory_idle_s
+        cutoff = self._clock() - self.settings.gateway.trajectory_idle_s
         with self._lock:
             idle = [t for t, last in self._kept.items() if last < cutoff]
             for trajectory_id in idle:
@@ -145,36 +165,32 @@ class RunCodeService:
         with self._lock:
             return sorted(self._kept)
 
-    def _run(self, request: RunRequest, trajectory_id: str,
-             signature: str | None) -> dict[str, Any]:
+    def _run(self, request: RunRequest, trajectory_id: str, kept: bool,
+             signature: str | None, session: bool = False) -> dict[str, Any]:
         if request.language not in self.languages:
             return sandbox_error(unsupported(request.language, self.languages))
         language = LANGUAGES[request.language]
-        deadline = self._clock() + self.settings.gateway_wait_s
+        started = self._clock()
+        deadline = started + self.settings.gateway.wait_s
+        key = pytest_signature(request, signature) if language.elastic else ""
         try:
-            compiled: CommandResult | None = None
-            node = None
-            if language.compile is not None:
-                result = self._result(compile_action(request, language, trajectory_id), deadline)
-                compiled, node = command_result(result), result.node or None
-                if compiled.status != FINISHED or compiled.return_code != 0:
-                    return response_body(compiled, None, executor=node)
-            key = pytest_signature(request, signature) if language.elastic else ""
-            action = run_action(request, language, trajectory_id, self.config, key,
-                                first=compiled is None)
+            action = request_action(request, language, trajectory_id, self.config, key,
+                                    ephemeral=not kept, session=session)
             result = self._result(action, deadline)
-            ran, node = command_result(result), result.node or node
-            files: dict[str, str] = {}
-            message = ""
-            if request.fetch_files and ran.status != ERROR:
-                files, message = fetched_files(
-                    self._result(fetch_action(request, trajectory_id), deadline))
-            return response_body(compiled, ran, files, node, message)
+        except NoCapacityError as exc:
+            return sandbox_error(f"no CPU node can give this request {exc}; ask for less "
+                                 "memory_limit_MB, or add a node with more memory")
         except (ValidationError, RoutingError, ServiceError, ActionFailed,
                 ActionTimeout) as exc:
             return sandbox_error(f"tangram could not run the request: {exc}")
         except (redis.RedisError, OperationalError) as exc:
             return sandbox_error(f"tangram could not reach its broker: {exc}")
+        compiled, ran = command_results(result, language.compile is not None,
+                                        memory_mb(request, self.config))
+        files, problem = fetched(result)
+        answer = response_body(compiled, ran, files, result.node or None, problem)
+        answer[TIMINGS] = time_split(result, self._clock() - started)
+        return answer
 
     def _result(self, action: Action, deadline: float) -> ActionResult:
         """Submit one action (parked by the client while no node has room for its trajectory)
@@ -183,9 +199,13 @@ class RunCodeService:
             handle = self.client.submit(action)
         return handle.result(max(deadline - self._clock(), 1.0))
 
-    def _end(self, trajectory_id: str) -> None:
+    def _end(self, trajectory_id: str, wait_s: float = 0.0) -> None:
         try:
             with self._broker_turns:
-                self.client.end_trajectory(trajectory_id)
+                confirmed = self.client.end_trajectory(trajectory_id, wait_s)
         except (TangramError, redis.RedisError, OperationalError, OSError):
             log.warning("could not end trajectory %s", trajectory_id, exc_info=True)
+            return
+        if not confirmed:
+            log.warning("trajectory %s: its node did not confirm the end within %.0f s",
+                        trajectory_id, wait_s)

@@ -1,45 +1,37 @@
-"""What one ``/run_code`` request becomes: its actions, and what their results mean to the client.
+"""What one ``/run_code`` request becomes: one action, and what its result means to the client.
 
-Pure. A request is up to three actions in one trajectory, run one after the other: the compile
-step (compiled languages), the run step (an ``exec`` action, or for ``pytest`` an elastic
-``test_run`` over a range of cores), and a fetch step when ``fetch_files`` names files. The
-request's files arrive with the first step. :func:`command_result` reads an action's result as
-SandboxFusion's ``CommandRunResult``; :func:`fetched_files` reads the fetch step's output.
+Pure. A request is one action whose payload holds its steps (:func:`request_action`): the
+compile step of a compiled language and the run step, each with its own timeout, both under the
+request's memory limit, run one after the other in one sandbox; the files the request fetches
+are read after them, whatever they did. A request without a trajectory name is ``ephemeral``:
+it runs in a recycled sandbox and its trajectory ends on the node with it, so it costs one
+action and no end message. :func:`command_results` reads the result as SandboxFusion's
+``compile_result`` and ``run_result``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import shlex
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tangram_celery.action import Action, ActionResult
-from tangram_celery.client import code_action, command_action, test_run_action
+from tangram_celery.action import Action, ActionResult, parse_action
 from tangram_celery.gateway.languages import Language
 from tangram_celery.gateway.protocol import ERROR, FINISHED, TIME_LIMIT, CommandResult, RunRequest
 
-FETCH_TIMEOUT_S = 30.0
-FETCH_SCRIPT = (
-    "import base64,json,os,sys\n"
-    "out={}\n"
-    "for p in sys.argv[1:]:\n"
-    "    if os.path.isfile(p):\n"
-    "        with open(p,'rb') as f: out[p]=base64.b64encode(f.read()).decode()\n"
-    "sys.stdout.write(json.dumps(out))\n"
-)
+OOM_NOTE = "tangram: the program was killed: out of memory (its limit: {mb} MB)\n"
 
 
 @dataclass(frozen=True)
 class StepConfig:
-    """What shapes the actions besides the request: the node's per-action memory cap (MB) and
-    the most cores a ``pytest`` run may get."""
+    """What shapes the actions besides the request: the memory an action gets when the
+    request says -1 (MB), the most cores a ``pytest`` run may get, and the output cap."""
 
-    memory_cap_mb: int = 512
+    memory_default_mb: int = 512
     pytest_max_cores: int = 4
+    output_cap_bytes: int = 8 * 1024 * 1024
 
 
 def request_files(request: RunRequest) -> dict[str, str]:
@@ -64,91 +56,95 @@ def pytest_signature(request: RunRequest, header: str | None) -> str:
     return "files-" + digest.hexdigest()[:32]
 
 
-def compile_action(request: RunRequest, language: Language, trajectory_id: str) -> Action:
-    """The compile step of a compiled language; it carries the request's files."""
-    assert language.compile is not None
-    action_id = _new_id()
-    source = language.source_name(action_id)
-    command = f"{language.compile.format(src=source)}; s=$?; rm -f {source}; exit $s"
-    return command_action(trajectory_id, command, id=action_id,
-                          files={**request_files(request), source: request.code},
-                          timeout_s=request.compile_timeout)
+def memory_mb(request: RunRequest, config: StepConfig) -> int:
+    """The request's memory limit in MB: its own, or the default for -1 (never lowered)."""
+    return request.memory_limit_mb if request.memory_limit_mb > 0 else config.memory_default_mb
 
 
-def run_action(
+def request_action(
     request: RunRequest, language: Language, trajectory_id: str, config: StepConfig,
-    signature: str = "", first: bool = True,
+    signature: str = "", ephemeral: bool = True, session: bool = False,
 ) -> Action:
-    """The run step; ``first`` when no compile step carried the files before it."""
-    action_id = _new_id()
-    files = request_files(request) if first else {}
-    extra: dict[str, Any] = {"id": action_id, "timeout_s": request.run_timeout}
+    """The one action of a request: its steps, files, memory and the files to fetch."""
+    action_id = uuid.uuid4().hex
+    source = language.source_name(action_id)
+    files = {**request_files(request), **dict(language.extra)}
+    steps: list[dict[str, Any]] = []
+    run: dict[str, Any] = {"timeout_s": request.run_timeout}
     if request.stdin is not None:
-        extra["payload"] = {"stdin": request.stdin}
-    limit = _memory_limit(request, config)
-    if language.name == "python" and limit is None:
-        return code_action(trajectory_id, request.code, files=files, **extra)
-    if language.compile is None:
-        source = language.source_name(action_id)
-        files[source] = request.code
-        command = f"{language.run.format(src=source)}; s=$?; rm -f {source}; exit $s"
+        run["stdin"] = request.stdin
+    if language.name == "python":
+        run["code"] = request.code
     else:
-        command = language.run
-    if limit is not None:
-        command = f"ulimit -v {limit * 1024} 2>/dev/null; {command}"
+        files[source] = language.source_text(request.code)
+        if language.compile is not None:
+            steps.append({"cmd": language.compile.format(src=source),
+                          "timeout_s": request.compile_timeout})
+        run["cmd"] = language.run.format(src=source)
+    steps.append(run)
+    memory = memory_mb(request, config)
+    payload: dict[str, Any] = {
+        "steps": steps, "files": files, "memory_mb": memory,
+        "output_cap_bytes": config.output_cap_bytes,
+        "env": {**dict(language.env), "TANGRAM_MEMORY_MB": str(memory)},
+    }
+    if request.fetch_files:
+        payload["fetch"] = list(request.fetch_files)
+    if session:
+        payload["session"] = True
+    body: dict[str, Any] = {
+        "id": action_id, "trajectory_id": trajectory_id, "kind": "exec", "payload": payload,
+        "cost": {"cpu": 1}, "ephemeral": ephemeral, "trajectory_memory_mb": memory,
+        "timeout_s": request.compile_timeout + request.run_timeout,
+    }
     if language.elastic:
-        cores = (1, max(config.pytest_max_cores, 1))
-        return test_run_action(trajectory_id, command, cpu=cores, elasticity="linear",
-                               signature=signature, files=files, **extra)
-    return command_action(trajectory_id, command, files=files, **extra)
+        body.update(kind="test_run", cost={"cpu": [1, max(config.pytest_max_cores, 1)]},
+                    elasticity="linear", signature=signature or None)
+    return parse_action(body)
 
 
-def fetch_action(request: RunRequest, trajectory_id: str) -> Action:
-    """The fetch step: prints ``{path: base64}`` of the ``fetch_files`` that exist."""
-    paths = " ".join(shlex.quote(p) for p in request.fetch_files)
-    command = f"python3 -c {shlex.quote(FETCH_SCRIPT)} {paths}"
-    return command_action(trajectory_id, command, timeout_s=FETCH_TIMEOUT_S)
+def command_results(result: ActionResult, compiled: bool, memory: int = 0
+                    ) -> tuple[CommandResult | None, CommandResult | None]:
+    """(compile_result, run_result) of a request's action, as SandboxFusion writes them: a
+    run that was never reached (its compile failed) is None; when the sandbox could not run
+    the request, the step it failed in is ``Error`` with the reason."""
+    if result.status not in ("ok", "failed", "timeout"):
+        reason = result.error or f"the action ended with status {result.status!r}"
+        failed = CommandResult(ERROR, None, None, None, f"tangram: {reason}")
+        return (failed, None) if compiled else (None, failed)
+    steps = result.output.get("steps") or [result.output]
+    read = [_step_result(step, memory) for step in steps]
+    if compiled:
+        return read[0], read[1] if len(read) > 1 else None
+    return None, read[-1]
 
 
-def command_result(result: ActionResult) -> CommandResult:
-    """An action's result as SandboxFusion's ``CommandRunResult``: ``Finished`` with the exit
-    code when the command ran to its end, ``TimeLimitExceeded`` when it was killed at its
-    timeout, ``Error`` when the sandbox could not run it (the reason in ``stderr``)."""
-    output = result.output
-    stdout, stderr = output.get("stdout"), output.get("stderr")
-    took = result.timings.exec_s
-    if result.status in ("ok", "failed"):
-        code = output.get("exit_code")
-        return CommandResult(FINISHED, took, None if code is None else int(code), stdout, stderr)
-    if result.status == "timeout":
+def fetched(result: ActionResult) -> tuple[dict[str, str], str]:
+    """The fetched files (``{path: base64}``) and, when fetching failed, why."""
+    files = result.output.get("files") or {}
+    problem = str(result.output.get("fetch_error") or "")
+    return {str(k): str(v) for k, v in dict(files).items()}, problem
+
+
+def _step_result(step: Mapping[str, Any], memory: int) -> CommandResult:
+    stdout, stderr = step.get("stdout"), step.get("stderr")
+    took = step.get("exec_s")
+    if step.get("oom_killed"):
+        stderr = f"{stderr or ''}{OOM_NOTE.format(mb=memory or '?')}"
+    if step.get("timed_out"):
         return CommandResult(TIME_LIMIT, took, None, stdout, stderr)
-    reason = result.error or f"the action ended with status {result.status!r}"
-    return CommandResult(ERROR, None, None, stdout, f"tangram: {reason}")
+    code = step.get("exit_code")
+    return CommandResult(FINISHED, took, None if code is None else int(code), stdout, stderr)
 
 
-def fetched_files(result: ActionResult) -> tuple[dict[str, str], str]:
-    """The files the fetch step printed, and a message when some could not come back."""
-    output = result.output
-    if result.status != "ok":
-        return {}, f"fetch_files failed: {result.error or output.get('stderr') or result.status}"
-    if output.get("stdout_truncated"):
-        return {}, ("fetch_files: the files are larger than the output cap "
-                    "(TANGRAM_OUTPUT_CAP_BYTES); fetch fewer or smaller files")
-    try:
-        found = json.loads(output.get("stdout") or "{}")
-    except ValueError:
-        return {}, "fetch_files: the fetch step printed no JSON"
-    if not isinstance(found, Mapping):
-        return {}, "fetch_files: the fetch step printed no JSON object"
-    return {str(k): str(v) for k, v in found.items()}, ""
-
-
-def _memory_limit(request: RunRequest, config: StepConfig) -> int | None:
-    """The request's memory limit (MB) when it is below the node's own per-action cap."""
-    if 0 < request.memory_limit_mb < config.memory_cap_mb:
-        return request.memory_limit_mb
-    return None
-
-
-def _new_id() -> str:
-    return uuid.uuid4().hex
+def time_split(result: ActionResult, request_s: float) -> dict[str, float]:
+    """Where a request's ``request_s`` seconds (inside the gateway) went: ``program`` (the
+    steps' commands), ``sandbox`` (the node's work around them: files, cgroups, the sandbox's
+    lease and fetch), ``broker`` (routing, queues, waiting for cores, result delivery) and
+    ``gateway`` (the rest: building the action, its answer)."""
+    t = result.timings
+    program = t.exec_s
+    sandbox = max(t.stored - t.admitted - program, 0.0)
+    broker = max(t.admitted - t.published, 0.0) + max(t.completed - t.stored, 0.0)
+    gateway = max(request_s - program - sandbox - broker, 0.0)
+    return {"gateway": gateway, "broker": broker, "sandbox": sandbox, "program": program}

@@ -58,7 +58,9 @@ class TangramCodeTool(BaseTool):
 
     ``config`` keys (all optional): ``timeout_s`` per call, ``cpu`` cores per call,
     ``max_output_chars`` of output handed back to the model (its tail), ``trajectory_prefix``,
-    and ``settings``: tangram Settings fields over the ``TANGRAM_`` environment.
+    ``session`` (true: the calls share one Python interpreter, variables, imports and cwd, as in
+    a notebook; see :mod:`tangram_celery.pools.session`) and ``settings``: tangram Settings
+    fields over the ``TANGRAM_`` environment.
     """
 
     def __init__(self, config: dict[str, Any],
@@ -69,6 +71,7 @@ class TangramCodeTool(BaseTool):
         self.cpu = options.cpu[0]
         self.prefix = options.trajectory_prefix
         self.max_output_chars = int(config.get("max_output_chars", 4000))
+        self.session = bool(config.get("session", False))
         self._settings = settings_from(config.get("settings"))
         self._trajectories: dict[str, str] = {}
 
@@ -99,7 +102,8 @@ class TangramCodeTool(BaseTool):
         if trajectory is None:
             return ToolResponse(text=f"error: no tool instance {instance_id!r}: call create "
                                      "first"), 0.0, {}
-        action = code_action(trajectory, code, cpu=self.cpu, timeout_s=self.timeout_s)
+        action = code_action(trajectory, code, cpu=self.cpu, timeout_s=self.timeout_s,
+                             payload={"session": True} if self.session else {})
         result = await self.client.submit(action)
         return ToolResponse(text=self._text(result)), 0.0, _metrics(result)
 

@@ -12,6 +12,7 @@
 * ``queues``: ready and unacked messages per queue;
 * ``pools``: units in use per pool against its size, and live members;
 * ``residents``: reward models resident on each GPU pool, with their GPUs;
+* ``isolation``: how each CPU node's sandbox holds its limits (flagged where it does not);
 * ``slowest``: the recent actions with the largest ACT.
 """
 
@@ -93,6 +94,9 @@ def inventory_view(inventory: Inventory) -> dict[str, Any]:
         "residents": [{"pool": f"gpu/{g.name}", "model": r.model, "gpus": list(r.gpus)}
                       for g in inventory.gpu_pools for r in g.residents],
         "gpu_pools": len(inventory.gpu_pools),
+        "isolation": [{"node": n.name, "isolation": n.isolation or "not reported",
+                       "enforced": n.isolation.startswith("enforced")}
+                      for n in inventory.nodes],
     }
 
 
@@ -105,7 +109,7 @@ def dashboard_view(records: Sequence[ActRecord], inventory: Inventory | None, no
         "act": act_rows(recent), "timeline": timeline(recent, now, config),
         "slowest": slowest(recent, config.slowest), "redis_up": inventory is not None,
     }
-    empty = {"queues": [], "pools": [], "residents": [], "gpu_pools": 0}
+    empty = {"queues": [], "pools": [], "residents": [], "gpu_pools": 0, "isolation": []}
     return {**view, **(inventory_view(inventory) if inventory is not None else empty)}
 
 

@@ -37,6 +37,8 @@ height:10px;margin-right:4px;border-radius:2px}
 <section><h2>Units in use per pool</h2><table id="pools"></table></section>
 <section><h2>Queue depths</h2><table id="queues"></table></section>
 <section><h2>Resident reward models</h2><table id="residents"></table></section>
+<section class="wide"><h2>Sandbox isolation per CPU node</h2><table id="isolation"></table>
+</section>
 <section><h2>Slowest recent actions</h2><table id="slowest"></table></section>
 </main>
 <script>
@@ -136,6 +138,9 @@ function draw(v) {
     {class: "resident-row"}, el("td", {}, r.pool), el("td", {}, r.model),
     el("td", {}, r.gpus.join(", ")))), v.gpu_pools ? "no model resident"
     : "no GPU pool publishes its inventory");
+  fill("isolation", ["node", "isolation"], v.isolation.map(n => el("tr",
+    {class: "isolation-row", "data-node": n.node}, el("td", {}, n.node),
+    el("td", {class: n.enforced ? "" : "bad"}, n.isolation))), "no CPU node is registered");
   fill("slowest", ["action", "kind", "node", "status", "queue", "exec", "ACT"],
     v.slowest.map(s => el("tr", {class: "slow-row", "data-action": s.action_id},
       el("td", {}, s.action_id.slice(0, 12)), el("td", {}, s.kind), el("td", {}, s.node),

@@ -1,6 +1,6 @@
 """``tangram dashboard``: a live page of ACT parts, queues, pool units, resident models and the
 slowest recent actions, served by its own small HTTP server (not by the exporter, whose
-``/metrics`` stays open to Prometheus scrapers).
+``/metrics`` has the credentials of its Prometheus scrapers).
 
 Routes: ``/`` the page (:mod:`.dashboard_page`), ``/api/dashboard`` the JSON it polls
 (:func:`~tangram_celery.observe.dashboard.gather`), ``/healthz`` a bare ``ok`` for probes.
@@ -11,9 +11,7 @@ password (printed once) when none is set; ``--no-auth`` only on a loopback addre
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
-import hmac
 import json
 import logging
 import secrets
@@ -28,11 +26,13 @@ from typing import Any
 
 import redis
 
-from tangram_celery.errors import ConfigError, TangramError
+from tangram_celery.command_line import run_with_settings
+from tangram_celery.connection import connect
+from tangram_celery.credentials import authorized, basic_authorization, is_loopback, redact
+from tangram_celery.errors import ConfigError
 from tangram_celery.observe.dashboard import ViewConfig, gather
 from tangram_celery.observe.dashboard_page import PAGE
-from tangram_celery.observe.flower import is_loopback
-from tangram_celery.settings import Settings
+from tangram_celery.settings import ObserveSettings, Settings
 
 log = logging.getLogger(__name__)
 
@@ -81,11 +81,6 @@ def resolve_auth(config: DashboardConfig, token: Callable[[], str] = secrets.tok
     return replace(config, password=token()), True
 
 
-def authorization(user: str, password: str) -> str:
-    """The ``Authorization`` header value of basic-auth credentials."""
-    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-
-
 class DashboardServer(ThreadingHTTPServer):
     """The HTTP server: its config, the Redis client and settings the JSON is read with."""
 
@@ -99,14 +94,13 @@ class DashboardServer(ThreadingHTTPServer):
         self.client = client
         self.clock = clock
         self._expected = (None if config.unauthenticated
-                          else authorization(config.user, config.password))
+                          else basic_authorization(config.user, config.password))
 
     def allows(self, header: str | None) -> bool:
         """Whether a request with this ``Authorization`` header may see the page."""
         if self._expected is None:
             return True
-        return header is not None and hmac.compare_digest(header.encode(),
-                                                          self._expected.encode())
+        return authorized(header, self._expected)
 
     def view(self) -> dict[str, Any]:
         """The JSON the page draws, read now."""
@@ -134,7 +128,7 @@ class DashboardHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         """Requests go to the debug log, not stderr."""
-        log.debug("%s " + format, self.address_string(), *args)
+        log.debug("%s %s", self.address_string(), redact(format % args))
 
     def _send(self, code: int, body: bytes, kind: str,
               extra: dict[str, str] | None = None) -> None:
@@ -150,8 +144,7 @@ class DashboardHandler(BaseHTTPRequestHandler):
 def dashboard(settings: Settings, config: DashboardConfig) -> Iterator[DashboardServer]:
     """Serve the dashboard from a thread of this process (port 0: a free one) until the block
     ends. ``config`` must be resolved (:func:`resolve_auth`); opens Redis lazily."""
-    client = redis.Redis.from_url(settings.redis_url, socket_timeout=5.0,
-                                  socket_connect_timeout=2.0)
+    client = connect(settings.broker, retry_s=0)
     server = DashboardServer(config, settings, client)
     thread = threading.Thread(target=server.serve_forever, name="tangram-dashboard",
                               daemon=True)
@@ -202,20 +195,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"slowest recent actions listed (default {view.slowest})")
 
 
-def config_from_args(settings: Settings, args: argparse.Namespace) -> DashboardConfig:
+def config_from_args(observe: ObserveSettings, args: argparse.Namespace) -> DashboardConfig:
     """The :class:`DashboardConfig` of parsed :func:`add_arguments` over the settings."""
     if args.window <= 0 or args.slowest < 0:
         raise ConfigError("--window must be > 0 and --slowest >= 0")
     return DashboardConfig(
-        address=args.address or settings.dashboard_address,
-        port=args.port or settings.dashboard_port, user=args.user or settings.dashboard_user,
-        password=settings.dashboard_password, unauthenticated=args.no_auth,
+        address=args.address or observe.dashboard_address,
+        port=args.port or observe.dashboard_port, user=args.user or observe.dashboard_user,
+        password=observe.dashboard_password, unauthenticated=args.no_auth,
         view=ViewConfig(window_s=args.window, slowest=args.slowest))
 
 
 def run_from_args(settings: Settings, args: argparse.Namespace) -> int:
     """Run ``tangram dashboard`` with parsed :func:`add_arguments` (messages on stderr)."""
-    return run_dashboard(settings, config_from_args(settings, args),
+    return run_dashboard(settings, config_from_args(settings.observe, args),
                          announce=lambda line: print(line, file=sys.stderr, flush=True))
 
 
@@ -223,11 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m tangram_celery.observe.dashboard_server``."""
     parser = argparse.ArgumentParser(prog="tangram dashboard", description=__doc__.split("\n")[0])
     add_arguments(parser)
-    try:
-        return run_from_args(Settings.from_env(), parser.parse_args(argv))
-    except TangramError as exc:
-        print(f"tangram: error: {exc}", file=sys.stderr)
-        return 2
+    return run_with_settings(parser, run_from_args, argv)
 
 
 if __name__ == "__main__":

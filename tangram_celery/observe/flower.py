@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ipaddress
 import os
 import secrets
 import subprocess
@@ -30,7 +29,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from tangram_celery.errors import ConfigError, ServiceError, TangramError
+from tangram_celery.command_line import run_with_settings
+from tangram_celery.credentials import basic_authorization, is_loopback
+from tangram_celery.errors import ConfigError, ServiceError
 from tangram_celery.processes import free_port, stop_process
 from tangram_celery.settings import Settings
 from tangram_celery.tasks.app import make_app
@@ -58,17 +59,6 @@ class FlowerConfig:
         host = f"[{self.address}]" if ":" in self.address else self.address
         prefix = f"/{self.url_prefix.strip('/')}" if self.url_prefix.strip("/") else ""
         return f"http://{host}:{self.port}{prefix}"
-
-
-def is_loopback(address: str) -> bool:
-    """True for ``localhost`` and loopback IPs; False for anything else (``""`` and ``0.0.0.0``
-    listen everywhere)."""
-    if address == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return False
 
 
 def resolve_auth(config: FlowerConfig, token: Callable[[], str] = secrets.token_urlsafe
@@ -146,10 +136,7 @@ class FlowerHandle:
 
     def authorization(self) -> str:
         """The ``Authorization`` header value of its credentials."""
-        import base64
-
-        raw = f"{self.config.user}:{self.config.password}".encode()
-        return "Basic " + base64.b64encode(raw).decode()
+        return basic_authorization(self.config.user, self.config.password)
 
 
 @contextlib.contextmanager
@@ -173,8 +160,9 @@ def flower_process(
     try:
         process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=output,
                                    stderr=subprocess.STDOUT, start_new_session=True,
-                                   env={**os.environ, "TANGRAM_REDIS_URL": settings.redis_url,
-                                        "TANGRAM_RESULT_URL": settings.result_url})
+                                   env={**os.environ,
+                                        "TANGRAM_REDIS_URL": settings.broker.redis_url,
+                                        "TANGRAM_RESULT_URL": settings.broker.result_url})
     finally:
         if log_path:
             output.close()  # type: ignore[union-attr]
@@ -224,10 +212,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run_from_args(settings: Settings, args: argparse.Namespace) -> int:
     """Run ``tangram flower`` with parsed :func:`add_arguments` (its messages on stderr)."""
     password = (sys.stdin.readline().rstrip("\r\n") if args.password_stdin
-                else settings.flower_password)
-    return run_flower(settings, address=args.address or settings.flower_address,
-                      port=args.port or settings.flower_port,
-                      user=args.user or settings.flower_user,
+                else settings.observe.flower_password)
+    return run_flower(settings, address=args.address or settings.observe.flower_address,
+                      port=args.port or settings.observe.flower_port,
+                      user=args.user or settings.observe.flower_user,
                       password=password, unauthenticated=args.no_auth,
                       url_prefix=args.url_prefix,
                       announce=lambda line: print(line, file=sys.stderr, flush=True))
@@ -237,12 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m tangram_celery.observe.flower``."""
     parser = argparse.ArgumentParser(prog="tangram flower", description=run_flower.__doc__)
     add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run_from_args(Settings.from_env(), args)
-    except TangramError as exc:
-        print(f"tangram: error: {exc}", file=sys.stderr)
-        return 2
+    return run_with_settings(parser, run_from_args, argv)
 
 
 if __name__ == "__main__":

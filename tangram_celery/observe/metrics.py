@@ -35,6 +35,10 @@ exporter_act_records_total          -                      ACT records read from
 ==================================  =====================  ===================================
 
 ``pool`` is ``cpu``, ``gpu/<pool>`` or ``api/<api>`` (see :func:`actlog.pool_of_queue`).
+
+Access: with ``TANGRAM_EXPORTER_PASSWORD`` set, every request needs basic auth
+(``TANGRAM_EXPORTER_USER``, default ``tangram``; a Prometheus scrape job's ``basic_auth``);
+without one the exporter serves only on a loopback address and refuses any other.
 """
 
 from __future__ import annotations
@@ -50,12 +54,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from tangram_celery import keys
-from tangram_celery.errors import BrokerUnreachable, TangramError
+from tangram_celery.command_line import run_with_settings
+from tangram_celery.connection import connect
+from tangram_celery.credentials import basic_authorization, require_credential
+from tangram_celery.errors import BrokerUnreachable
+from tangram_celery.observe.metrics_server import serve_metrics
 from tangram_celery.pools.inventory import Inventory, read_inventory
 from tangram_celery.settings import Settings
 from tangram_celery.tasks.actlog import ActRecord
@@ -260,16 +268,22 @@ def exporter(
     """Serve ``/metrics`` on ``address:port`` (port 0: a free one) from this process's threads.
 
     Opens no connection until it runs; a Redis that is down makes scrapes report
-    ``tangram_exporter_redis_up 0`` and the stream reader retry.
+    ``tangram_exporter_redis_up 0`` and the stream reader retry. Scrapers authenticate with
+    ``settings.observe``'s exporter user and password; without a password, an address off
+    loopback raises :class:`~tangram_celery.errors.ConfigError` before anything starts.
     """
-    client = redis.Redis.from_url(settings.redis_url, socket_timeout=5.0,
-                                  socket_connect_timeout=2.0)
+    observe = settings.observe
+    require_credential(address, observe.exporter_password, "tangram exporter",
+                       "set TANGRAM_EXPORTER_PASSWORD (scrapers then send basic auth)")
+    authorization = (basic_authorization(observe.exporter_user, observe.exporter_password)
+                     if observe.exporter_password else None)
+    client = connect(settings.broker, retry_s=0)
     extra = tuple(extra_queues)
     registry = CollectorRegistry()
     consumer = ActConsumer(client, ActMetrics(registry))
     registry.register(InventoryCollector(lambda: read_inventory(client, settings,
                                                                 extra_queues=extra)))
-    server, _ = start_http_server(port, addr=address, registry=registry)
+    server, _ = serve_metrics(registry, address, port, authorization)
     reader = threading.Thread(target=consumer.run, name="tangram-exporter-acts", daemon=True)
     reader.start()
 
@@ -296,8 +310,10 @@ def run_exporter(
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: done.set())
     with exporter(settings, address, port, extra_queues) as running:
-        where = BrokerUnreachable.where(settings.redis_url)
-        print(f"tangram exporter: {running.url} (Redis {where})", flush=True)
+        where = BrokerUnreachable.where(settings.broker.redis_url)
+        access = (f"basic auth, user {settings.observe.exporter_user!r}"
+                  if settings.observe.exporter_password else "no authentication, loopback only")
+        print(f"tangram exporter: {running.url} ({access}; Redis {where})", flush=True)
         done.wait()
 
 
@@ -305,7 +321,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``tangram exporter`` (also ``python -m tangram_celery.observe.metrics``)."""
     parser.add_argument("--address", default=None,
                         help="listen address (default TANGRAM_EXPORTER_ADDRESS, 127.0.0.1; "
-                             "0.0.0.0 for a remote scraper)")
+                             "0.0.0.0 for a remote scraper, with TANGRAM_EXPORTER_PASSWORD)")
     parser.add_argument("--port", type=int, default=None,
                         help=f"port (default TANGRAM_EXPORTER_PORT, {DEFAULT_EXPORTER_PORT})")
     parser.add_argument("--queue", action="append", default=[],
@@ -314,8 +330,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_from_args(settings: Settings, args: argparse.Namespace) -> int:
     """Run ``tangram exporter`` with parsed :func:`add_arguments`."""
-    run_exporter(settings, args.address or settings.exporter_address,
-                 args.port or settings.exporter_port, args.queue)
+    run_exporter(settings, args.address or settings.observe.exporter_address,
+                 args.port or settings.observe.exporter_port, args.queue)
     return 0
 
 
@@ -323,11 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m tangram_celery.observe.metrics``."""
     parser = argparse.ArgumentParser(prog="tangram exporter", description=__doc__.split("\n")[0])
     add_arguments(parser)
-    try:
-        return run_from_args(Settings.from_env(), parser.parse_args(argv))
-    except TangramError as exc:
-        print(f"tangram: error: {exc}", file=sys.stderr)
-        return 2
+    return run_with_settings(parser, run_from_args, argv)
 
 
 def _text(raw: bytes | str) -> str:

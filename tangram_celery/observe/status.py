@@ -22,7 +22,9 @@ from rich.table import Table
 from rich.text import Text
 
 from tangram_celery import keys
-from tangram_celery.errors import BrokerUnreachable, TangramError
+from tangram_celery.command_line import run_with_settings
+from tangram_celery.connection import connect
+from tangram_celery.errors import BrokerUnreachable
 from tangram_celery.observe.gateways import GatewayView, gateways_table, read_gateways
 from tangram_celery.pools.inventory import Inventory, QueueDepth, read_inventory
 from tangram_celery.settings import Settings
@@ -63,23 +65,22 @@ def gather_status(
 
     Raises :class:`BrokerUnreachable` when Redis does not answer.
     """
-    client = redis.Redis.from_url(settings.redis_url, socket_timeout=5.0,
-                                  socket_connect_timeout=2.0)
+    client = connect(settings.broker, retry_s=0)
     try:
         inventory = read_inventory(client, settings, extra_queues=extra_queues)
         gateways = read_gateways(client, time.time())
     except (redis.RedisError, OSError) as exc:
-        raise BrokerUnreachable(settings.redis_url, exc) from None
+        raise BrokerUnreachable(settings.broker.redis_url, exc) from None
     finally:
         client.close()
-    broker = BrokerUnreachable.where(settings.redis_url)
+    broker = BrokerUnreachable.where(settings.broker.redis_url)
     if inspect_timeout_s <= 0:
         return StatusData(inventory, broker=broker, gateways=gateways)
     app = app or make_app(settings)
     try:
         replies = app.control.inspect(timeout=inspect_timeout_s).active_queues()
     except OperationalError as exc:
-        raise BrokerUnreachable(settings.redis_url, exc) from None
+        raise BrokerUnreachable(settings.broker.redis_url, exc) from None
     return StatusData(inventory, consumers_by_queue(replies), inspected=True, broker=broker,
                       gateways=gateways)
 
@@ -124,11 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m tangram_celery.observe.status``."""
     parser = argparse.ArgumentParser(prog="tangram status", description=__doc__.split("\n")[0])
     add_arguments(parser)
-    try:
-        return run_from_args(Settings.from_env(), parser.parse_args(argv))
-    except TangramError as exc:
-        print(f"tangram: error: {exc}", file=sys.stderr)
-        return 2
+    return run_with_settings(parser, run_from_args, argv)
 
 
 def _pools_table(data: StatusData) -> Table:
@@ -158,7 +155,8 @@ def _member_rows(data: StatusData, pool: str) -> list[tuple[str, ...]]:
         return [(node.name, _yes(node.alive), str(node.cores),
                  str(max(node.cores - node.free_cores, 0)), str(node.free_cores),
                  *_depth(inventory.queue(keys.cpu_queue(node.name))),
-                 f"memory reserved {node.reserved_mb:g}/{node.memory_mb:g} MB")
+                 f"memory reserved {node.reserved_mb:g}/{node.memory_mb:g} MB"
+                 + (f"; isolation {node.isolation}" if node.isolation else ""))
                 for node in inventory.nodes]
     for gpu in inventory.gpu_pools:
         if pool == f"gpu/{gpu.name}":

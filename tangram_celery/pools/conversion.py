@@ -2,32 +2,46 @@
 
 The validation bounds that follow from the settings, the admission request of an action (and the
 scheduler's view of it), the sandbox exec spec of a CPU action, and the result fields of a
-sandboxed command's outcome. CPU nodes (:mod:`tangram_celery.pools.node`), GPU pools and API
-pools use them.
+sandboxed command's outcome. CPU nodes (:mod:`tangram_celery.pools.cpu_pool.node`), GPU pools
+and API pools use them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tangram_celery.action import Action, ActionLimits
 from tangram_celery.pools.admission import Request
+from tangram_celery.pools.session import session_program
 from tangram_celery.sandbox import ExecOutcome, ExecSpec, rewrite_parallelism
 from tangram_celery.scheduling import DurationModel, Job, Signature
 from tangram_celery.scheduling.learned import learned_options
 from tangram_celery.settings import Settings
 
 SANDBOX_PYTHON = "/usr/bin/python3"
+FETCH_TIMEOUT_S = 30.0
+FETCH_CAP_BYTES = 16 * 1024 * 1024
+"""Output cap of the fetch step (base64 of the files), unless the action gives its own."""
+FETCH_SCRIPT = (
+    "import base64, json, os, sys\n"
+    "found = {{}}\n"
+    "for path in {paths}:\n"
+    "    if os.path.isfile(path):\n"
+    "        with open(path, 'rb') as fh:\n"
+    "            found[path] = base64.b64encode(fh.read()).decode()\n"
+    "sys.stdout.write(json.dumps(found))\n"
+)
 
 
 def action_limits(settings: Settings) -> ActionLimits:
     """The validation bounds that follow from the settings."""
     return ActionLimits(
-        max_payload_bytes=settings.max_payload_bytes,
-        max_timeout_s=settings.max_timeout_s,
-        apis=frozenset(api_names(settings.api_limits)),
-        extra_resources=frozenset(settings.extra_resources),
+        max_payload_bytes=settings.actions.max_payload_bytes,
+        max_timeout_s=settings.actions.max_timeout_s,
+        apis=frozenset(api_names(settings.api.limits)),
+        extra_resources=frozenset(settings.actions.extra_resources),
     )
 
 
@@ -83,26 +97,69 @@ def exec_spec(
     action: Action, units: tuple[int, ...], cpus: tuple[int, ...], default_timeout_s: float
 ) -> ExecSpec:
     """Turn a CPU action into the sandbox's exec spec: ``len(units)`` is the parallelism handed
-    to the command, ``cpus`` the host CPUs it is pinned to."""
+    to the command, ``cpus`` the host CPUs it is pinned to. A ``steps`` action's first step
+    (:func:`exec_specs` gives them all)."""
+    return exec_specs(action, units, cpus, default_timeout_s)[0]
+
+
+def exec_specs(
+    action: Action, units: tuple[int, ...], cpus: tuple[int, ...], default_timeout_s: float
+) -> list[ExecSpec]:
+    """The exec specs of a CPU action: one, or one per step of a ``steps`` payload (the
+    action's files arrive with the first; each step has its own stdin and timeout)."""
     payload = action.payload
+    steps = payload.get("steps") or [payload]
     files = dict(payload.get("files", {}))
+    specs = []
+    for i, step in enumerate(steps):
+        spec = _step_spec(action, step, files if i == 0 else {}, units, cpus,
+                          default_timeout_s, str(i) if len(steps) > 1 else "")
+        specs.append(spec)
+    return specs
+
+
+def fetch_spec(action: Action, cpus: tuple[int, ...]) -> ExecSpec | None:
+    """The spec that prints the action's ``fetch`` files as ``{path: base64}`` JSON (run in
+    the warm interpreter, its own output cap); None when it names none."""
+    paths = action.payload.get("fetch") or []
+    if not paths:
+        return None
+    snippet = f".tangram-fetch-{action.id}.py"
+    script = FETCH_SCRIPT.format(paths=json.dumps(paths))
+    return ExecSpec(
+        trajectory_id=action.trajectory_id, python=snippet, files={snippet: script},
+        command=f"{SANDBOX_PYTHON} {snippet}; s=$?; rm -f {snippet}; exit $s",
+        timeout_s=FETCH_TIMEOUT_S, cores=cpus, memory_mb=action.payload.get("memory_mb"),
+        output_cap_bytes=action.payload.get("output_cap_bytes") or FETCH_CAP_BYTES,
+    )
+
+
+def _step_spec(
+    action: Action, step: Mapping[str, Any], files: dict[str, str], units: tuple[int, ...],
+    cpus: tuple[int, ...], default_timeout_s: float, tag: str,
+) -> ExecSpec:
+    payload = action.payload
     python = None
-    if "code" in payload:
-        snippet = f".tangram-{action.id}.py"
-        files[snippet] = str(payload["code"])
-        command = f"{SANDBOX_PYTHON} {snippet}; s=$?; rm -f {snippet}; exit $s"
-        python = snippet
+    session = bool(payload.get("session")) and "code" in step
+    if "code" in step:
+        python = f".tangram-{action.id}{tag}.py"
+        code = str(step["code"])
+        files = {**files, python: session_program(code) if session else code}
+        command = f"{SANDBOX_PYTHON} {python}; s=$?; rm -f {python}; exit $s"
     else:
-        command = rewrite_parallelism(str(payload["cmd"]), len(units))
+        command = rewrite_parallelism(str(step["cmd"]), len(units))
     return ExecSpec(
         trajectory_id=action.trajectory_id,
         command=command,
         files=files,
-        timeout_s=action.timeout_s or default_timeout_s,
+        timeout_s=step.get("timeout_s") or action.timeout_s or default_timeout_s,
         cores=cpus,
         env={**payload.get("env", {}), "TANGRAM_UNITS": str(len(units))},
-        stdin=payload.get("stdin"),
+        stdin=step.get("stdin"),
         python=python,
+        memory_mb=payload.get("memory_mb"),
+        output_cap_bytes=payload.get("output_cap_bytes"),
+        keep_processes=session,
     )
 
 
@@ -126,6 +183,7 @@ def outcome_output(outcome: ExecOutcome) -> dict[str, Any]:
         "stderr_truncated": outcome.stderr_truncated,
         "stdout_cut_bytes": outcome.stdout_cut_bytes,
         "stderr_cut_bytes": outcome.stderr_cut_bytes,
+        "exec_s": round(outcome.exec_s, 6),
         "environment_replaced": outcome.environment_replaced,
         "replaced_reason": outcome.replaced_reason,
     }

@@ -262,9 +262,10 @@ def read_inventory(
 ) -> Inventory:
     """Read nodes, GPU pools, API use and queue depths from Redis (raises ``RedisError``)."""
     now = broker_time(client) if now is None else now
-    nodes = tuple(Registry(client, settings.node_ttl_s, settings.trajectory_ttl_s).nodes(now))
-    gpu_pools = _read_gpu_pools(client, now, settings.node_ttl_s)
-    specs = parse_api_limits(settings.api_limits)
+    registry = Registry(client, settings.node.ttl_s, settings.actions.trajectory_ttl_s)
+    nodes = tuple(registry.nodes(now))
+    gpu_pools = _read_gpu_pools(client, now, settings.node.ttl_s)
+    specs = parse_api_limits(settings.api.limits)
     api_pools = _read_api_pools(client, specs, now)
     unacked = unacked_by_queue(
         client.eval(UNACKED_TAILS_SCRIPT, 1, UNACKED_KEY, UNACKED_TAIL_CHARS)

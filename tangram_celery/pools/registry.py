@@ -14,6 +14,7 @@ from typing import Any
 import redis
 
 from tangram_celery import keys
+from tangram_celery.connection import durable, idempotent
 from tangram_celery.tasks.clock import broker_time
 
 
@@ -30,6 +31,8 @@ class NodeView:
     trajectories: int = 0
     """Trajectories pinned to the node now."""
     starting: bool = False
+    isolation: str = ""
+    """How the node's sandbox holds the limits (see :mod:`tangram_celery.sandbox.isolation`)."""
     """Announced by an autoscaler that is starting it; its worker has not registered yet."""
 
     @property
@@ -45,7 +48,7 @@ class NodeView:
         """Fraction of the node's memory reserved once ``extra_mb`` more is placed on it."""
         return (self.reserved_mb + extra_mb) / self.memory_mb if self.memory_mb > 0 else 1.0
 
-PIN_SCRIPT = """
+PIN_SCRIPT = idempotent("""
 local current = redis.call('GET', KEYS[1])
 if current then
   redis.call('EXPIRE', KEYS[1], ARGV[3])
@@ -56,9 +59,9 @@ redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3])
 redis.call('HINCRBYFLOAT', KEYS[3], 'reserved_mb', ARGV[2])
 redis.call('SADD', KEYS[4], ARGV[4])
 return ARGV[1]
-"""
+""")
 
-UNPIN_SCRIPT = """
+UNPIN_SCRIPT = idempotent("""
 local node = redis.call('GET', KEYS[1])
 if not node then return false end
 local mem = redis.call('GET', KEYS[2]) or '0'
@@ -69,7 +72,7 @@ if redis.call('EXISTS', node_key) == 1 then
 end
 redis.call('SREM', node_key .. ':trajectories', ARGV[2])
 return node
-"""
+""")
 
 
 class Registry:
@@ -82,11 +85,14 @@ class Registry:
         self._pin = client.register_script(PIN_SCRIPT)
         self._unpin = client.register_script(UNPIN_SCRIPT)
 
-    def register_node(self, name: str, cores: int, memory_mb: float) -> None:
-        """Announce a CPU node (or refresh it after a restart, keeping its reservations)."""
+    def register_node(self, name: str, cores: int, memory_mb: float,
+                      isolation: str = "") -> None:
+        """Announce a CPU node (or refresh it after a restart, keeping its reservations), with
+        what its sandbox enforces."""
         key = keys.node(name)
         pipe = self._redis.pipeline()
-        pipe.hset(key, mapping={"cores": cores, "memory_mb": memory_mb, "free_cores": cores})
+        pipe.hset(key, mapping={"cores": cores, "memory_mb": memory_mb, "free_cores": cores,
+                                "isolation": isolation})
         pipe.hsetnx(key, "reserved_mb", 0)
         pipe.hset(key, "heartbeat", broker_time(self._redis))
         pipe.hdel(key, "starting")
@@ -108,15 +114,19 @@ class Registry:
         pipe.execute()
 
     def heartbeat(self, name: str, free_cores: int,
-                  decisions: tuple[int, float] | None = None) -> None:
+                  decisions: tuple[int, float] | None = None,
+                  durable: Mapping[str, Mapping[str, int]] | None = None) -> None:
         """Mark a node alive now, with its current free cores and, if given, its scheduler's
-        calls and wall seconds so far."""
+        calls and wall seconds so far and its process's durable writes
+        (:data:`~tangram_celery.connection.DURABILITY`)."""
         pipe = self._redis.pipeline()
         pipe.hset(keys.node(name), "heartbeat", broker_time(self._redis))
         pipe.hset(keys.node(name), "free_cores", free_cores)
         if decisions is not None:
             pipe.hset(keys.node(name), mapping={"decide_calls": decisions[0],
                                                 "decide_s": repr(decisions[1])})
+        if durable:
+            pipe.hset(keys.node(name), "durable", json.dumps(durable))
         pipe.execute()
 
     def decisions(self, names: Iterable[str]) -> tuple[int, float]:
@@ -171,10 +181,11 @@ class Registry:
         already; returns the node it is pinned to (another client's choice wins a race).
 
         The check and the reservation are one atomic script, so concurrent clients agree and the
-        memory is reserved once. Choosing the node is the routing decision's
-        (:func:`tangram_celery.client.routing.route`).
+        memory is reserved once, and on a replica before this returns when Redis has one
+        (:func:`~tangram_celery.connection.durable`). Choosing the node is the routing
+        decision's (:func:`tangram_celery.client.routing.route`).
         """
-        result = self._pin(
+        [result] = durable(self._redis, "pin", lambda pipe: self._pin(
             keys=[
                 keys.trajectory_pin(trajectory_id),
                 keys.trajectory_memory(trajectory_id),
@@ -182,7 +193,8 @@ class Registry:
                 keys.node_trajectories(node),
             ],
             args=[node, memory_mb, self._trajectory_ttl_s, trajectory_id],
-        )
+            client=pipe,
+        ))
         return result.decode() if isinstance(result, bytes) else str(result)
 
     def refresh_pin(self, trajectory_id: str) -> None:
@@ -215,4 +227,5 @@ def _node_view(name: str, raw: Mapping[bytes, bytes], pinned: int, now: float,
         alive=now - heartbeat <= ttl_s,
         trajectories=pinned,
         starting=fields.get("starting") == "1",
+        isolation=fields.get("isolation", ""),
     )

@@ -7,7 +7,7 @@
 * :func:`serve`: run a Celery worker on one queue with a runtime attached (and the result
   ledger), starting the runtime when the worker is ready and stopping it at shutdown.
 
-CPU nodes (:mod:`tangram_celery.pools.worker`) and GPU pools
+CPU nodes (:mod:`tangram_celery.pools.cpu_pool.worker`) and GPU pools
 (:mod:`tangram_celery.pools.gpu_pool`) use them.
 """
 
@@ -19,11 +19,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-import redis
 from celery.signals import worker_ready, worker_shutdown
 
 from tangram_celery.action import ActionResult, Timings
-from tangram_celery.settings import Settings
+from tangram_celery.connection import connect
+from tangram_celery.settings import NodeSettings, Settings
 from tangram_celery.tasks.app import Runtime, attach_runtime, make_app
 from tangram_celery.tasks.clock import BrokerClock
 from tangram_celery.tasks.ledger import Ledger
@@ -64,10 +64,10 @@ def rejected_result(
     return result.to_json()
 
 
-def admission_window(settings: Settings, units: int, concurrency: int | None = None) -> int:
+def admission_window(node: NodeSettings, units: int, concurrency: int | None = None) -> int:
     """Messages a worker holds at once: ``concurrency``, else ``TANGRAM_ADMISSION_WINDOW``, else
     ``max(2 * units, units + 4)`` (enough to keep every unit busy and see who waits next)."""
-    return concurrency or settings.admission_window or max(2 * units, units + 4)
+    return concurrency or node.admission_window or max(2 * units, units + 4)
 
 
 class Heartbeat:
@@ -116,9 +116,10 @@ def serve(
     results). ``nodename`` is Celery's node name (``%h`` expands to the host name).
     """
     app = make_app(settings)
-    client = redis.Redis.from_url(settings.redis_url)
-    attach_runtime(app, runtime, Ledger(client, settings.result_ttl_s),
-                   BrokerClock(client, settings.clock_skew_s))
+    client = connect(settings.broker)
+    attach_runtime(app, runtime, Ledger(client, settings.broker.result_ttl_s,
+                                       settings.visibility_timeout_s),
+                   BrokerClock(client, settings.broker.clock_skew_s))
 
     def on_ready(**_: Any) -> None:
         runtime.start()

@@ -104,8 +104,9 @@ class RewardExecutor:
     ``protocol="grpc"``). ``gpu_ids`` are the pool's GPUs; ``gpu_memory_mb`` the memory for
     weights on each, against each model's ``tangram_memory_mb``. ``simulate_gpus`` says that the
     machine has no GPU and the ids are simulated on CPU. ``namespace`` (a GPU pool's name)
-    prefixes the Triton names of its services, so pools sharing a server never collide. Nothing
-    connects in ``__init__``.
+    prefixes the Triton names of its services, so pools sharing a server never collide. ``key``
+    is the server's ``TANGRAM_TRITON_KEY``, sent with its loads and unloads. Nothing connects
+    in ``__init__``.
     """
 
     def __init__(
@@ -121,9 +122,10 @@ class RewardExecutor:
         timeout_s: float = 300.0,
         wait_timeout_s: float | None = None,
         namespace: str = "",
+        key: str = "",
     ) -> None:
         self.specs = load_repository(model_repository or default_repository())
-        self.client = TritonClient(triton_url, protocol, timeout_s)
+        self.client = TritonClient(triton_url, protocol, timeout_s, key=key)
         self.simulate_gpus = simulate_gpus
         self.manager = GpuManager(
             gpu_ids,

@@ -22,26 +22,33 @@ from tritonclient.utils import InferenceServerException
 
 from tangram_celery.errors import ServiceError, TritonUnavailable, ValidationError
 from tangram_celery.reward.repository import ModelSpec
+from tangram_celery.reward.server.process import GRPC_KEY_HEADER, KEY_HEADER
 
 Protocol = Literal["http", "grpc"]
 REJECTED_MARK = "invalid request:"
 INVALID_STATUSES = frozenset({"400", "StatusCode.INVALID_ARGUMENT"})
 START_HINT = "start one with: python -m tangram_celery.reward.server --repository triton_models"
+RESTRICTED_MARK = "is restricted, expecting header"
 
 
 class TritonClient:
     """A thread-safe facade over ``tritonclient.http`` / ``tritonclient.grpc``.
 
     Each thread gets its own underlying client, created on first use (nothing connects in
-    ``__init__``). ``url`` is ``host:port`` of the chosen protocol's endpoint.
+    ``__init__``). ``url`` is ``host:port`` of the chosen protocol's endpoint. ``key``
+    (``TANGRAM_TRITON_KEY``) goes with every call of the repository API (index, load, unload),
+    which a server started with a key refuses without it.
     """
 
-    def __init__(self, url: str, protocol: Protocol = "http", timeout_s: float = 300.0) -> None:
+    def __init__(self, url: str, protocol: Protocol = "http", timeout_s: float = 300.0,
+                 key: str = "") -> None:
         if protocol not in ("http", "grpc"):
             raise ValidationError("protocol", f"{protocol!r}: choose 'http' or 'grpc'")
         self.url = url.removeprefix("http://").removeprefix("grpc://")
         self.protocol = protocol
         self.timeout_s = timeout_s
+        header = KEY_HEADER if protocol == "http" else GRPC_KEY_HEADER
+        self._admin = {header: key} if key else None
         self._local = threading.local()
         self._clients: list[Any] = []
         self._lock = threading.Lock()
@@ -60,9 +67,11 @@ class TritonClient:
     def index(self) -> list[dict[str, Any]]:
         """The server's repository index: ``[{"name", "version"?, "state"?}, ...]``."""
         if self.protocol == "http":
-            raw = self._call("repository index", lambda c: c.get_model_repository_index())
+            raw = self._call("repository index",
+                             lambda c: c.get_model_repository_index(headers=self._admin))
             return [dict(m) for m in raw]
-        raw = self._call("repository index", lambda c: c.get_model_repository_index(as_json=True))
+        raw = self._call("repository index",
+                         lambda c: c.get_model_repository_index(headers=self._admin, as_json=True))
         return [dict(m) for m in raw.get("models", [])]
 
     def model_config(self, name: str) -> dict[str, Any]:
@@ -81,11 +90,12 @@ class TritonClient:
     ) -> None:
         """Load (or reload) ``name``, optionally with a JSON config override and model files."""
         text = json.dumps(config) if config is not None else None
-        self._call(f"load of {name}", lambda c: c.load_model(name, config=text, files=files))
+        self._call(f"load of {name}",
+                   lambda c: c.load_model(name, headers=self._admin, config=text, files=files))
 
     def unload(self, name: str) -> None:
         """Unload ``name`` (Triton lets its in-flight requests finish first)."""
-        self._call(f"unload of {name}", lambda c: c.unload_model(name))
+        self._call(f"unload of {name}", lambda c: c.unload_model(name, headers=self._admin))
 
     def infer(
         self, name: str, spec: ModelSpec, arrays: Mapping[str, NDArray[Any]]
@@ -153,6 +163,10 @@ class TritonClient:
 def _translate(exc: InferenceServerException, what: str, url: str) -> Exception:
     message = str(exc.message() or exc)
     status = str(exc.status() or "")
+    if RESTRICTED_MARK in message:
+        return ServiceError(
+            f"Triton at {url} refused the {what}: its repository API needs the server's key "
+            f"({message}); set TANGRAM_TRITON_KEY to the key `tangram triton` was started with")
     if "UNAVAILABLE" in status or "failed to connect" in message.lower():
         return TritonUnavailable(
             f"Triton at {url} did not answer the {what}: {message}; is the server running? "

@@ -20,23 +20,16 @@ from tangram_celery.errors import (
     SandboxSpecError,
     WorkdirQuotaError,
 )
-from tangram_celery.sandbox.base import (
-    UNITS_ENV,
-    ExecOutcome,
-    ExecSpec,
-    SandboxBackend,
-    SandboxLimits,
-)
+from tangram_celery.sandbox.base import ExecOutcome, ExecSpec, SandboxBackend, SandboxLimits
 from tangram_celery.sandbox.parallelism import rewrite_parallelism
 
 BACKENDS = ("bwrap", "docker")
 # options of the embedded backend that mean nothing to the docker one (callers pass them to any)
 BWRAP_ONLY_OPTIONS = frozenset(
-    {"bwrap_path", "uid_base", "uid_count", "uid_lock_dir", "cgroups", "ready"})
+    {"bwrap_path", "cgroups", "ready", "recycle", "enforce", "workdir_tmpfs"})
 
 __all__ = [
     "BACKENDS",
-    "UNITS_ENV",
     "ExecOutcome",
     "ExecSpec",
     "SandboxBackend",
@@ -55,11 +48,13 @@ def make_backend(name: str, root_dir: Path, limits: SandboxLimits, **kw: Any) ->
     """Create the sandbox backend called ``name`` with its work dirs under ``root_dir``.
 
     ``"bwrap"``: :class:`~tangram_celery.sandbox.bwrap.BwrapBackend` (keyword options:
-    ``bwrap_path``, ``uid_base``, ``uid_count``, ``cgroups``, ``seccomp``, ``ready``).
+    ``bwrap_path``, ``uid_base``, ``uid_count``, ``cgroups``, ``seccomp``, ``ready``,
+    ``recycle``, ``enforce``, ``workdir_tmpfs``).
     ``"docker"``: :class:`~tangram_celery.sandbox.docker.DockerBackend` (keyword options:
     ``docker_url``, ``image``, ``idle_ttl_s``, ``warm_pool``, ``api_timeout_s``, ``grace_s``,
-    ``seccomp``, ``direct_cpu``; the embedded backend's uid, cgroup and ready options are
-    ignored). It raises
+    ``seccomp``, ``direct_cpu``, ``uid_base``, ``uid_count``, ``uid_lock_dir``; the embedded
+    backend's cgroup, ready and enforcement options are ignored; it always enforces cores,
+    memory, pids and its work dir). It raises
     :class:`SandboxSetupError` (:class:`~tangram_celery.errors.SandboxEngineError` when no
     engine answers) with what to do next.
     """

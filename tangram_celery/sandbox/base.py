@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from tangram_celery.errors import SandboxSpecError
+from tangram_celery.sandbox.isolation import Isolation
 
 UNITS_ENV = "TANGRAM_UNITS"
 MB = 1024 * 1024
@@ -51,6 +52,8 @@ class SandboxLimits:
     output_cap_bytes: int = 65536
     cpu_time_s: int | None = None
     address_space_mb: int | None = None
+    max_memory_mb: int | None = None
+    """The most memory one action may ask for (:attr:`ExecSpec.memory_mb`); None: ``memory_mb``."""
 
     def __post_init__(self) -> None:
         for name in ("memory_mb", "pids", "file_size_mb", "workdir_mb", "tmp_mb", "nofile"):
@@ -62,11 +65,23 @@ class SandboxLimits:
             raise SandboxSpecError("limits.cpu_time_s", "must be >= 1 or None (no CPU-time cap)")
         if self.address_space_mb is not None and self.address_space_mb < self.memory_mb:
             raise SandboxSpecError("limits.address_space_mb", "must be >= memory_mb or None")
+        if self.max_memory_mb is not None and self.max_memory_mb < self.memory_mb:
+            raise SandboxSpecError("limits.max_memory_mb", "must be >= memory_mb or None")
 
     @property
     def effective_address_space_mb(self) -> int:
         """RLIMIT_AS in MiB: ``address_space_mb`` or four times ``memory_mb``."""
         return self.address_space_mb if self.address_space_mb is not None else 4 * self.memory_mb
+
+    @property
+    def ceiling_mb(self) -> int:
+        """The most memory an action may ask for: ``max_memory_mb`` or ``memory_mb``."""
+        return self.max_memory_mb if self.max_memory_mb is not None else self.memory_mb
+
+    def address_space_for(self, memory_mb: int) -> int:
+        """RLIMIT_AS in MiB of an action given ``memory_mb``: in the same ratio as the
+        defaults' (``effective_address_space_mb`` over ``memory_mb``)."""
+        return memory_mb * self.effective_address_space_mb // self.memory_mb
 
 
 @dataclass(frozen=True)
@@ -78,7 +93,11 @@ class ExecSpec:
     the sandbox is pinned to exactly those cores and ``TANGRAM_UNITS`` is ``len(cores)``.
     ``python``, when set, is the work-dir path of a Python script that is the whole action (a
     code action, whose ``command`` runs the same script): a backend with a warm interpreter
-    runs it there, without starting one, and removes the script afterwards.
+    runs it there, without starting one, and removes the script afterwards. ``memory_mb``
+    replaces the limits' ``memory_mb`` for this command (up to their ``max_memory_mb``), and
+    ``output_cap_bytes`` their output cap. ``keep_processes``: what the command starts in a
+    session of its own outlives it (a Python session's interpreter), until a later command of
+    the trajectory times out or the trajectory ends.
     """
 
     trajectory_id: str
@@ -89,6 +108,9 @@ class ExecSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     stdin: str | None = None
     python: str | None = None
+    memory_mb: int | None = None
+    output_cap_bytes: int | None = None
+    keep_processes: bool = False
 
 
 @dataclass(frozen=True)
@@ -130,9 +152,21 @@ class SandboxBackend(Protocol):
     """Runs commands for trajectories, each in its own persistent work dir. Thread-safe."""
 
     name: str
+    repins: bool
+    """Whether :meth:`repin` can move a running action onto other cores; a node lends cores
+    of running actions only on a backend that can."""
+    isolation: Isolation
+    """How it holds each limit on this host (and, run best-effort, what it does not)."""
 
     def run(self, spec: ExecSpec) -> ExecOutcome:
         """Run ``spec.command`` in the trajectory's sandbox and return its outcome."""
+        ...
+
+    def repin(self, trajectory_id: str, cores: tuple[int, ...], new_cores: tuple[int, ...]
+              ) -> bool:
+        """Move the running action of ``trajectory_id`` pinned to ``cores`` onto ``new_cores``
+        at once; False, changing nothing, when that cannot be done now (the caller must then not
+        lend those cores). Always False when :attr:`repins` is False."""
         ...
 
     def end_trajectory(self, trajectory_id: str) -> None:

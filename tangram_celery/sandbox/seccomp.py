@@ -5,7 +5,12 @@ what a test-running sandbox never needs and what widens the kernel attack surfac
 (``keyctl``, ``add_key``, ``request_key``: the caller's session keyring is otherwise reachable),
 io_uring, AF_VSOCK sockets, ``perf_event_open``, ``bpf``, ``userfaultfd``, module and kexec
 loading, mount-API and namespace calls, ``ptrace`` and cross-process memory access (no action
-can trace the warm executor or another action's processes) and a few more. Syscalls of a
+can trace the warm executor or another action's processes), the CPU affinity and scheduling
+policy calls (``sched_setaffinity``, ``sched_setattr``, and ``sched_setscheduler`` to any policy but
+``SCHED_OTHER``, which threads libraries such as libzmq set on each thread they start: an action
+cannot widen itself to cores it was not given, even on a host without a cpuset; the node narrows
+each action's affinity from outside the sandbox), POSIX message queues (``mq_open``: they would
+outlive a request in a recycled sandbox's IPC namespace) and a few more. Syscalls of a
 foreign ABI (i386 ``int 0x80``, x32) kill the process. Everything else is
 allowed: this complements, not replaces, the namespaces, uid drop, rlimits and cgroups.
 """
@@ -31,6 +36,8 @@ SECCOMP_RET_ALLOW = 0x7FFF0000
 _OFF_NR = 0
 _OFF_ARCH = 4
 _OFF_ARG0_LOW = 16  # args[0], low 32 bits on little-endian machines
+_OFF_ARG1_LOW = 24
+SCHED_OTHER = 0
 
 AF_VSOCK = 40
 X32_SYSCALL_BIT = 0x40000000
@@ -44,6 +51,7 @@ _NAMES = (
     "fsmount", "fspick", "setns", "name_to_handle_at", "open_by_handle_at",
     "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp", "ptrace",
     "syslog", "acct", "quotactl", "swapon", "swapoff", "reboot",
+    "sched_setaffinity", "sched_setattr", "mq_open",
 )
 
 # (audit arch, syscall numbers by name, socket syscall, deny foreign x32 numbers)
@@ -58,7 +66,8 @@ _X86_64 = {
     "process_vm_readv": 310, "process_vm_writev": 311, "pidfd_getfd": 438, "kcmp": 312,
     "ptrace": 101,
     "syslog": 103, "acct": 163, "quotactl": 179, "swapon": 167, "swapoff": 168, "reboot": 169,
-    "socket": 41,
+    "sched_setaffinity": 203, "sched_setscheduler": 144, "sched_setattr": 314,
+    "mq_open": 240, "socket": 41,
 }
 # asm-generic numbering (aarch64); not exercised by this project's test machines
 _AARCH64 = {
@@ -72,7 +81,8 @@ _AARCH64 = {
     "process_vm_readv": 270, "process_vm_writev": 271, "pidfd_getfd": 438, "kcmp": 272,
     "ptrace": 117,
     "syslog": 116, "acct": 89, "quotactl": 60, "swapon": 224, "swapoff": 225, "reboot": 142,
-    "socket": 198,
+    "sched_setaffinity": 122, "sched_setscheduler": 119, "sched_setattr": 274,
+    "mq_open": 180, "socket": 198,
 }
 _ARCHES: dict[str, tuple[int, dict[str, int], bool]] = {
     "x86_64": (0xC000003E, _X86_64, True),
@@ -100,11 +110,11 @@ def build_filter(machine: str | None = None) -> bytes:
     denied = [table[name] for name in _NAMES]
     deny_errno = SECCOMP_RET_ERRNO | errno.EPERM
     # Layout: arch check, load nr, [x32 check], one JEQ per denied nr, socket check,
-    # ALLOW, socket-arg check, DENY, KILL.
+    # sched_setscheduler check, ALLOW, socket-arg check, DENY, KILL, policy check.
     body: list[bytes] = []
-    n_checks = len(denied) + 1 + (1 if x32 else 0)
+    n_checks = len(denied) + 2 + (1 if x32 else 0)
     # tail indices, relative to the first instruction after the checks (0 is ALLOW)
-    arg_at, deny_at, kill_at = 1, 4, 5
+    arg_at, deny_at, kill_at, policy_at = 1, 4, 5, 6
     body.append(_insn(_LD_W_ABS, _OFF_ARCH))
     # jump to KILL when the arch differs: skip "ld nr" + checks + tail up to kill
     body.append(_insn(_JEQ_K, audit_arch, 0, 1 + n_checks + kill_at))
@@ -114,6 +124,7 @@ def build_filter(machine: str | None = None) -> bytes:
         checks.append((_JGE_K, X32_SYSCALL_BIT, kill_at))
     checks.extend((_JEQ_K, nr, deny_at) for nr in denied)
     checks.append((_JEQ_K, table["socket"], arg_at))
+    checks.append((_JEQ_K, table["sched_setscheduler"], policy_at))
     for i, (code, k, target) in enumerate(checks):
         body.append(_insn(code, k, (n_checks - 1 - i) + target, 0))
     body.append(_insn(_RET_K, SECCOMP_RET_ALLOW))               # 0
@@ -122,4 +133,8 @@ def build_filter(machine: str | None = None) -> bytes:
     body.append(_insn(_RET_K, SECCOMP_RET_ALLOW))
     body.append(_insn(_RET_K, deny_errno))                      # deny_at
     body.append(_insn(_RET_K, SECCOMP_RET_KILL_PROCESS))        # kill_at
+    body.append(_insn(_LD_W_ABS, _OFF_ARG1_LOW))                # policy_at
+    body.append(_insn(_JEQ_K, SCHED_OTHER, 0, 1))               # SCHED_OTHER -> allow
+    body.append(_insn(_RET_K, SECCOMP_RET_ALLOW))
+    body.append(_insn(_RET_K, deny_errno))
     return b"".join(body)

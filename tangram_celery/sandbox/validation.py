@@ -141,6 +141,7 @@ def validate_spec(
         raise SandboxSpecError("timeout_s", f"at most {MAX_TIMEOUT_S:.0f} s")
     validate_cores(spec.cores, available_cores)
     validate_env(spec.env)
+    validate_memory(spec.memory_mb, limits)
     units = spec.env.get(UNITS_ENV)
     if units is not None and not (units.isdigit() and int(units) >= 1):
         raise SandboxSpecError(f"env[{UNITS_ENV!r}]", "must be a positive integer (or unset: "
@@ -165,3 +166,15 @@ def sandbox_env(spec: ExecSpec, base: Mapping[str, str]) -> dict[str, str]:
     env.update(validate_env(spec.env))
     env.setdefault(UNITS_ENV, str(len(spec.cores)))
     return env
+
+
+def validate_memory(memory_mb: object, limits: SandboxLimits) -> None:
+    """An action's own memory limit: None (the default) or 16 MiB up to the limits' ceiling."""
+    if memory_mb is None:
+        return
+    if not isinstance(memory_mb, int) or isinstance(memory_mb, bool) or memory_mb < 16:
+        raise SandboxSpecError("memory_mb", "must be a whole number of MiB, at least 16")
+    if memory_mb > limits.ceiling_mb:
+        raise SandboxSpecError("memory_mb", f"{memory_mb} MiB is over the {limits.ceiling_mb} "
+                               "MiB this node gives one action; ask for less or run it on a "
+                               "node with more memory")

@@ -21,7 +21,6 @@ from tangram_celery.scheduling.ersa import SchedulerConfig, decide, settle
 from tangram_celery.scheduling.estimator import DurationModel, EstimatorConfig, Signature
 from tangram_celery.scheduling.ordering import Fcfs, Ordering, ShortestFirst
 from tangram_celery.scheduling.robust import Outlook, RobustConfig, RobustPolicy, decide_robust
-from tangram_celery.scheduling.topology import Operator, operator_for
 from tangram_celery.scheduling.types import (
     Core,
     CpuPool,
@@ -50,7 +49,6 @@ __all__ = [
     "GpuPool",
     "GroupOutcome",
     "Job",
-    "Operator",
     "Option",
     "Ordering",
     "Outlook",
@@ -65,7 +63,6 @@ __all__ = [
     "Start",
     "decide",
     "decide_robust",
-    "operator_for",
     "options_from_elasticity",
     "settle",
 ]

@@ -1,7 +1,7 @@
 """A naive reference of `ersa.decide`, written straight from the definition; for tests and bench.
 
 Shared by the tests (which plug in an allocator that enumerates every allocation) and by
-`tangram_celery.bench.scheduler` (which measures the speed-up of `decide` over it). It shares
+`tangram_bench.scheduler` (which measures the speed-up of `decide` over it). It shares
 only the plain types, the ordering policies and the topology operators' `place` / `assign`
 with `decide`; the allocation, the waiting estimate and the eviction loop are its own:
 
@@ -18,7 +18,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Sequence
 
-from tangram_celery.scheduling.dp import RESOLUTION, State, round_ticks, ticks
+from tangram_celery.scheduling.dp import State, round_ticks, ticks
+from tangram_celery.scheduling.dp.allocation import RESOLUTION
 from tangram_celery.scheduling.ersa import SchedulerConfig
 from tangram_celery.scheduling.topology import Operator, operator_for, usable_options
 from tangram_celery.scheduling.types import Decision, GroupOutcome, Job, Option, Snapshot, Start

@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar, overload
 import numpy as np
 import numpy.typing as npt
 
-from tangram_celery.scheduling.dp import MAX_TICKS, RESOLUTION
+from tangram_celery.scheduling.dp.allocation import MAX_TICKS, RESOLUTION
 from tangram_celery.scheduling.residency import Resident
 
 _Owner = TypeVar("_Owner")

@@ -48,6 +48,7 @@ import redis
 from tangram_celery import keys
 from tangram_celery.action import Action, ActionResult
 from tangram_celery.client import TangramClient, code_action, test_run_action
+from tangram_celery.connection import connect
 from tangram_celery.errors import ServiceError
 from tangram_celery.keys import DEFAULT_GPU_POOL
 from tangram_celery.observe.report import act_table, summarize
@@ -162,16 +163,16 @@ def local_cluster(
 
     ``extra_env`` adds ``TANGRAM_`` settings for the workers only (e.g. their scheduler).
     """
-    with ensure_redis(settings.redis_url) as url:
+    with ensure_redis(settings.broker.redis_url) as url:
         settings = settings.with_(redis_url=url, result_url="")
-        env = {"TANGRAM_REDIS_URL": url, "TANGRAM_SANDBOX_ROOT": str(settings.sandbox_root),
+        env = {"TANGRAM_REDIS_URL": url, "TANGRAM_SANDBOX_ROOT": str(settings.sandbox.root),
                **extra_env}
         names = [f"demo-node-{i}" for i in range(config.nodes)]
         workers = [spawn_cpu_worker(env, name, config.cores_per_node, log_dir / f"{name}.log")
                    for name in names]
         try:
-            client = redis.Redis.from_url(url)
-            wait_for_nodes(Registry(client, settings.node_ttl_s, settings.trajectory_ttl_s),
+            client = connect(settings.broker, url)
+            wait_for_nodes(Registry(client, settings.node.ttl_s, settings.actions.trajectory_ttl_s),
                            names)
             client.close()
             yield settings
@@ -186,7 +187,7 @@ def stack_options(config: DemoConfig, state_dir: Path, settings: Settings) -> Up
     copies = tuple({NODE_VARIABLE: name, CORES_VARIABLE: str(config.cores_per_node)}
                    for name in config.node_names)
     return UpOptions(state_dir=state_dir, services=(CPU_NODE_SERVICE, GPU_POOL_SERVICE),
-                     sandbox=settings.sandbox_backend, publish=False,
+                     sandbox=settings.sandbox.backend, publish=False,
                      replicas={CPU_NODE_SERVICE: copies})
 
 
@@ -202,7 +203,7 @@ def wait_for_gpu_pool(client: redis.Redis, settings: Settings, pool: str,
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         raw = client.hgetall(keys.gpu_pool(pool))
-        if raw and gpu_pool_view(pool, raw, time.time(), settings.node_ttl_s).alive:
+        if raw and gpu_pool_view(pool, raw, time.time(), settings.node.ttl_s).alive:
             return
         time.sleep(0.1)
     raise ServiceError(f"GPU pool {pool!r} did not come up within {timeout:.0f} s; see the "
@@ -211,9 +212,9 @@ def wait_for_gpu_pool(client: redis.Redis, settings: Settings, pool: str,
 
 def wait_until_serving(settings: Settings, config: DemoConfig) -> None:
     """Block until every CPU node and the GPU pool of the demo serve their queues."""
-    client = redis.Redis.from_url(settings.redis_url)
+    client = connect(settings.broker)
     try:
-        wait_for_nodes(Registry(client, settings.node_ttl_s, settings.trajectory_ttl_s),
+        wait_for_nodes(Registry(client, settings.node.ttl_s, settings.actions.trajectory_ttl_s),
                        config.node_names, timeout=READY_TIMEOUT_S)
         wait_for_gpu_pool(client, settings, DEFAULT_GPU_POOL)
     finally:
@@ -233,8 +234,8 @@ def run_on_stack(settings: Settings, config: DemoConfig, state_dir: Path
         live = settings.with_(redis_url=found["TANGRAM_REDIS_URL"], result_url="",
                               triton_url=found["TANGRAM_TRITON_URL"])
         wait_until_serving(live, config)
-        print(f"stack ready; redis {live.redis_url.split('@')[-1]}, triton "
-              f"{live.triton_url}", flush=True)
+        print(f"stack ready; redis {live.broker.redis_url.split('@')[-1]}, triton "
+              f"{live.triton.url}", flush=True)
         with TangramClient(live) as client:
             started = time.monotonic()
             try:
@@ -264,9 +265,9 @@ def report(batches: Sequence[Sequence[ActionResult]], elapsed: float) -> int:
 
 def main(settings: Settings, config: DemoConfig) -> int:
     """Run the demo and print its ACT table; returns a process exit code."""
-    if redis_answers(settings.redis_url, timeout=0.2):
+    if redis_answers(settings.broker.redis_url, timeout=0.2):
         print(f"note: the demo runs on its own Redis, not on TANGRAM_REDIS_URL "
-              f"({settings.redis_url.split('@')[-1]})", flush=True)
+              f"({settings.broker.redis_url.split('@')[-1]})", flush=True)
     state_dir = Path(tempfile.mkdtemp(prefix="tangram-demo-"))
     print(f"tangram demo: {config.trajectories} trajectories x ({config.code_actions} code "
           f"actions + 1 test run + 1 {config.reward_model} reward), {config.nodes} CPU nodes x "

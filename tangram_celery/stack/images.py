@@ -8,7 +8,7 @@ Three images, each built only when missing or out of date:
 1. ``tangram-base:bookworm-1``: a ``debootstrap --variant=minbase`` Debian with Python 3.11,
    ``python3-venv``, ``libpython3.11`` (the Triton python backend stub links it) and
    ``redis-server``, imported with ``docker import``. It is made by the same code as the sandbox
-   image (:func:`tangram_celery.sandbox.image.ensure_image`, other packages), and its rootfs
+   image (:func:`tangram_celery.sandbox.docker.image.ensure_image`, other packages), and its rootfs
    tarball is cached, so a fresh engine only imports it.
 2. ``tangram:<version>`` from ``compose/Dockerfile`` with ``--network host`` (pip reaches the
    package index). The Dockerfile builds ``FROM`` the base image, or ``FROM python:3.11-slim``
@@ -20,7 +20,7 @@ Three images, each built only when missing or out of date:
    from the package index itself. The image carries a label with a digest of
    everything that went into it; an image whose label matches is not built again.
 3. ``tangram-sandbox:bookworm-1``, the CPU node's sandbox image
-   (:mod:`tangram_celery.sandbox.image`), unless ``--no-sandbox-image``.
+   (:mod:`tangram_celery.sandbox.docker.image`), unless ``--no-sandbox-image``.
 """
 
 from __future__ import annotations
@@ -46,14 +46,14 @@ import docker.errors
 import requests.exceptions
 
 from tangram_celery.errors import SandboxSetupError, ServiceError
-from tangram_celery.sandbox.image import DEFAULT_CACHE_DIR, ensure_image, prune_rootfs
+from tangram_celery.sandbox.docker.image import DEFAULT_CACHE_DIR, ensure_image, prune_rootfs
 
 BASE_TAG = "tangram-base:bookworm-1"
 BASE_PACKAGES = ("python3", "python3-venv", "libpython3.11", "redis-server", "ca-certificates")
 BASE_CHANGES = ("ENV LANG=C.UTF-8", "LABEL tangram.recipe=base-1")
 DOCKERFILE = "compose/Dockerfile"
 CONTEXT_FILES = ("pyproject.toml", "README.md", DOCKERFILE, ".dockerignore")
-CONTEXT_DIRS = ("tangram_celery", "workers", "triton_models")
+CONTEXT_DIRS = ("tangram_celery", "tangram_bench", "workers", "triton_models")
 SOURCE_LABEL = "tangram.source"
 DEFAULT_EXTRAS = "reward"
 WHEELS_PORT = 47913  # fixed, so the build argument (and so Docker's layer cache) stays the same

@@ -15,6 +15,7 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from urllib.parse import quote
 
 from tangram_celery.errors import ConfigError
 from tangram_celery.processes import free_ports
@@ -29,8 +30,19 @@ from tangram_celery.stack.local_service import LOCAL_HOST, LocalService, host_po
 
 DEFAULT_STATE_DIR = Path.home() / ".local" / "state" / "tangram" / "up"
 CLIENT_SETTINGS = ("TANGRAM_REDIS_URL", "TANGRAM_RESULT_URL", "TANGRAM_TRITON_URL",
-                   "TANGRAM_GATEWAY_TOKEN")
-GENERATED_SECRETS = ("STACK_REDIS_PASSWORD", "TANGRAM_FLOWER_PASSWORD", "TANGRAM_GATEWAY_TOKEN")
+                   "TANGRAM_GATEWAY_TOKEN", "TANGRAM_REDIS_SENTINEL_PASSWORD")
+GATEWAY_URL = "SANDBOX_FUSION_URL"
+GATEWAY_PORT = 8080
+"""The gateway's port in the compose file; its published host port goes in the URL."""
+GENERATED_SECRETS = ("STACK_REDIS_PASSWORD", "TANGRAM_FLOWER_PASSWORD", "TANGRAM_GATEWAY_TOKEN",
+                     "TANGRAM_TRITON_KEY")
+HA_SECRETS = ("STACK_SENTINEL_PASSWORD",)
+HA_PROFILE = "ha"
+HA_SERVICES = ("redis", "redis-replica", "sentinel-1", "sentinel-2", "sentinel-3")
+HA_VARIABLES = {"STACK_REDIS_SCHEME": "sentinel",
+                "STACK_REDIS_HOSTS": "sentinel-1:26379,sentinel-2:26379,sentinel-3:26379"}
+"""What ``tangram up --ha`` sets: the compose file's ``ha`` profile (a replica and three
+Sentinels beside the primary) and every service's broker URL on the Sentinels."""
 
 
 def port_is_free(port: int, host: str = LOCAL_HOST) -> bool:
@@ -59,6 +71,7 @@ def write_private(path: Path, values: Mapping[str, str]) -> None:
 
 def stack_variables(
     environ: Mapping[str, str], env_file: Mapping[str, str], secrets_path: Path, sandbox: str,
+    generated: Sequence[str] = GENERATED_SECRETS,
 ) -> dict[str, str]:
     """The interpolation variables of ``tangram up``: the env file, then the environment over
     it (compose's precedence), the sandbox backend, and passwords generated (and kept in
@@ -66,7 +79,7 @@ def stack_variables(
     variables = {**env_file, **environ, "STACK_SANDBOX_BACKEND": sandbox}
     kept = read_env_file(secrets_path)
     missing = {name: kept.get(name) or secrets.token_urlsafe(24)
-               for name in GENERATED_SECRETS if not variables.get(name)}
+               for name in generated if not variables.get(name)}
     if missing:
         write_private(secrets_path, {**kept, **missing})
     return {**variables, **missing}
@@ -91,6 +104,7 @@ class UpOptions:
     sandbox: str = "bwrap"
     publish: bool = True
     replicas: Mapping[str, Sequence[Mapping[str, str]]] = field(default_factory=dict)
+    ha: bool = False
 
 
 def plan(options: UpOptions, environ: Mapping[str, str]
@@ -99,10 +113,16 @@ def plan(options: UpOptions, environ: Mapping[str, str]
     skipped services, the environment every process starts with)."""
     env_path = options.env_file or options.compose_file.parent / ".env"
     env_file = read_env_file(env_path)
+    generated = (*GENERATED_SECRETS, *HA_SECRETS) if options.ha else GENERATED_SECRETS
     variables = stack_variables(environ, env_file, options.state_dir / "secrets.env",
-                                options.sandbox)
+                                options.sandbox, generated)
+    profiles, named = options.profiles, options.services
+    if options.ha:
+        variables.update(HA_VARIABLES)
+        profiles = (*profiles, HA_PROFILE)
+        named = (*named, *(n for n in HA_SERVICES if n not in named)) if named else ()
     compose = load_compose(options.compose_file, variables)
-    order = selected_services(compose, options.services, options.profiles)
+    order = selected_services(compose, named, profiles)
     skipped = [n for n in order if not is_ours(compose.services[n].image)]
     order = [n for n in order if n not in skipped]
     ports = host_ports(compose, order)
@@ -121,7 +141,7 @@ def plan(options: UpOptions, environ: Mapping[str, str]
                      options.state_dir / "volumes")[name]
             for extra in copies
         ])
-    base_env = {**environ, **env_file, **{k: variables[k] for k in GENERATED_SECRETS}}
+    base_env = {**environ, **env_file, **{k: variables[k] for k in generated}}
     return compose, local, skipped, base_env
 
 
@@ -154,10 +174,17 @@ def replicate(services: Mapping[str, LocalService], name: str,
 
 
 def client_settings(services: Mapping[str, LocalService]) -> dict[str, str]:
-    """The ``TANGRAM_`` settings a client on this host uses to reach the local stack."""
+    """The ``TANGRAM_`` settings a client on this host uses to reach the local stack, and
+    ``SANDBOX_FUSION_URL``: the gateway's ``/run_code`` with ``?token=``, as verl's
+    ``sandbox_fusion.url`` (and its tests) take it."""
     found: dict[str, str] = {}
     for service in services.values():
         for key in CLIENT_SETTINGS:
             if key in service.environment:
                 found.setdefault(key, service.environment[key])
+    gateway = services.get("gateway")
+    if gateway is not None and GATEWAY_PORT in gateway.ports:
+        url = f"http://{LOCAL_HOST}:{gateway.ports[GATEWAY_PORT]}/run_code"
+        token = gateway.environment.get("TANGRAM_GATEWAY_TOKEN", "")
+        found[GATEWAY_URL] = f"{url}?token={quote(token, safe='')}" if token else url
     return found

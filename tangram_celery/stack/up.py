@@ -14,6 +14,10 @@ process ids, for ``tangram down``), ``client.env`` (the ``TANGRAM_`` settings a 
 host needs, mode 0600), ``secrets.env`` (passwords generated when the env file sets none,
 mode 0600), ``logs/<service>.log`` and ``volumes/<name>/``.
 
+``tangram up --ha`` runs Redis under Sentinel: the compose file's ``ha`` profile (a replica and
+three Sentinels beside the primary) with every service's ``TANGRAM_REDIS_URL`` naming the
+Sentinels (:data:`~tangram_celery.stack.plan.HA_VARIABLES`), and ``client.env`` the same.
+
 Local differences from the containers, all explicit: the sandbox backend is ``--sandbox``
 (default ``bwrap``, the embedded one) through ``STACK_SANDBOX_BACKEND``; missing passwords are
 generated; a service whose image is not tangram's (Prometheus) is skipped.
@@ -153,6 +157,9 @@ def add_up_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"logs, volumes and process ids (default {DEFAULT_STATE_DIR})")
     parser.add_argument("--sandbox", choices=("bwrap", "docker"), default="bwrap",
                         help="the CPU node's sandbox backend (default bwrap, the embedded one)")
+    parser.add_argument("--ha", action="store_true",
+                        help="Redis under Sentinel: a primary, a replica and three Sentinels "
+                             "(the compose file's ha profile), every service on the Sentinels")
 
 
 def add_down_arguments(parser: argparse.ArgumentParser) -> None:
@@ -170,7 +177,7 @@ def run_up(args: argparse.Namespace) -> int:
     """``tangram up`` from parsed :func:`add_up_arguments`."""
     options = UpOptions(compose_file=args.file, env_file=args.env_file,
                         state_dir=args.state_dir, services=tuple(args.services),
-                        profiles=tuple(args.profile), sandbox=args.sandbox)
+                        profiles=tuple(args.profile), sandbox=args.sandbox, ha=args.ha)
     return up(options, announce=lambda line: print(line, flush=True))
 
 

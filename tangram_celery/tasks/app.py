@@ -2,14 +2,16 @@
 
 ``make_app(settings)`` builds a configured app (JSON only, acks late, FCFS-friendly prefetch) and
 registers one task per action kind, so Flower shows readable names. Tasks are thin: they hand the
-message to the runtime attached to the worker's app (a :class:`~tangram_celery.pools.node.CpuNode`
-or a GPU/API pool runtime). Nothing connects at import time or in the factory.
+message to the runtime attached to the worker's app (a
+:class:`~tangram_celery.pools.cpu_pool.CpuNode` or a GPU/API pool runtime). Nothing connects at
+import time or in the factory.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import uuid
 import weakref
 from typing import Any, Protocol
 
@@ -19,16 +21,18 @@ from celery.worker.consumer import Consumer
 from kombu.message import Message
 
 from tangram_celery import keys
-from tangram_celery.action import ID_PATTERN
-from tangram_celery.errors import ServiceError
-from tangram_celery.settings import Settings
+from tangram_celery.action.model import ID_PATTERN
+from tangram_celery.connection import celery_options, connect
+from tangram_celery.errors import AlreadyAnswered, ServiceError
+from tangram_celery.settings import BrokerSettings, Settings
 from tangram_celery.tasks import actlog
 from tangram_celery.tasks.clock import BrokerClock, shifted
-from tangram_celery.tasks.ledger import Ledger
+from tangram_celery.tasks.ledger import Ledger, Start
 
 log = logging.getLogger(__name__)
 
 END_TRAJECTORY_TASK = "tangram.control.end_trajectory"
+CLAIM_POLL_S = 0.5
 
 
 class Runtime(Protocol):
@@ -45,6 +49,7 @@ _RUNTIMES: weakref.WeakKeyDictionary[Celery, Runtime] = weakref.WeakKeyDictionar
 _LEDGERS: weakref.WeakKeyDictionary[Celery, Ledger] = weakref.WeakKeyDictionary()
 _ACTS_CLIENTS: weakref.WeakKeyDictionary[Celery, redis.Redis] = weakref.WeakKeyDictionary()
 _CLOCKS: weakref.WeakKeyDictionary[Celery, BrokerClock] = weakref.WeakKeyDictionary()
+_SETTINGS: weakref.WeakKeyDictionary[Celery, Settings] = weakref.WeakKeyDictionary()
 
 
 def attach_runtime(app: Celery, runtime: Runtime, ledger: Ledger | None = None,
@@ -73,10 +78,12 @@ def runtime_of(app: Celery) -> Runtime:
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
-    """The Celery configuration tangram relies on (see FIELD-NOTES for the reasons)."""
+    """The Celery configuration tangram relies on: JSON only, late acks, FCFS-friendly
+    prefetch and priorities, and the broker and backend of :func:`celery_options` (a
+    Sentinel-managed Redis too)."""
+    redis_options = celery_options(settings.broker)
     return {
-        "broker_url": settings.redis_url,
-        "result_backend": settings.result_backend_url,
+        **redis_options,
         "task_serializer": "json",
         "result_serializer": "json",
         "accept_content": ["json"],
@@ -91,12 +98,16 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             "queue_order_strategy": "priority",
             "unacked_restore_interval": settings.restore_interval_s,
             "unacked_restore_throttle": 1,
+            **redis_options["broker_transport_options"],
         },
         "task_publish_retry_policy": {
             "max_retries": 30, "interval_start": 0.05, "interval_step": 0.2, "interval_max": 1.0,
         },
-        "result_backend_transport_options": {"retry_policy": {"timeout": 5.0}},
-        "result_expires": settings.result_ttl_s,
+        "result_backend_transport_options": {
+            "retry_policy": {"timeout": max(5.0, settings.broker.retry_s)},
+            **redis_options["result_backend_transport_options"],
+        },
+        "result_expires": settings.broker.result_ttl_s,
         "task_send_sent_event": True,
         "worker_send_task_events": True,
         "task_default_queue": keys.control_queue(),
@@ -111,6 +122,7 @@ def make_app(settings: Settings, name: str = "tangram") -> Celery:
     """Build a Celery app for ``settings`` with tangram's tasks registered."""
     app = Celery(name, set_as_current=False)
     app.conf.update(celery_config(settings))
+    _SETTINGS[app] = settings
     for kind in keys.ACTION_KINDS:
         _register_action_task(app, kind)
     _register_end_trajectory(app)
@@ -130,14 +142,33 @@ def execute_once(
     action_id = message.get("id") if isinstance(message, dict) else None
     if ledger is None or not isinstance(action_id, str) or not ID_PATTERN.fullmatch(action_id):
         return _observed(app, message, runtime.execute(message, received), queue)
-    prior = ledger.stored(action_id)
-    if prior is not None:
+    start = claim(ledger, action_id)
+    if start.stored is not None:
         log.info("action %s was delivered again; returning its stored result", action_id)
-        return prior
-    attempt = ledger.begin(action_id)
-    result = runtime.execute(message, received)
-    result["attempts"] = attempt
+        return start.stored
+    try:
+        result = runtime.execute(message, received)
+    except AlreadyAnswered as answered:
+        log.info("action %s was answered while its node was fenced; not run", action_id)
+        return answered.result
+    result["attempts"] = start.attempt
     return ledger.store(action_id, _observed(app, message, result, queue))
+
+
+def claim(ledger: Ledger, action_id: str) -> Start:
+    """This delivery's claim on ``action_id`` (see :mod:`~tangram_celery.tasks.ledger`), or its
+    stored result; while another delivery holds the claim, wait for one or the other."""
+    token = uuid.uuid4().hex
+    waited = False
+    while True:
+        start = ledger.begin(action_id, token)
+        if not start.holder:
+            return start
+        if not waited:
+            log.warning("action %s is claimed by another delivery (%s); waiting for its "
+                        "result instead of running it twice", action_id, start.holder)
+            waited = True
+        time.sleep(CLAIM_POLL_S)
 
 
 def _observed(app: Celery, message: Any, result: dict[str, Any], queue: str) -> dict[str, Any]:
@@ -158,8 +189,9 @@ def _acts_client(app: Celery) -> redis.Redis:
     """The app's Redis connection for the ACT log, made on first use."""
     client = _ACTS_CLIENTS.get(app)
     if client is None:
-        client = redis.Redis.from_url(app.conf.broker_url, socket_timeout=2.0,
-                                      socket_connect_timeout=2.0)
+        settings = _SETTINGS.get(app)
+        broker = settings.broker if settings else BrokerSettings(redis_url=app.conf.broker_url)
+        client = connect(broker, timeout_s=2.0, retry_s=0)
         _ACTS_CLIENTS[app] = client
     return client
 

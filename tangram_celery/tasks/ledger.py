@@ -1,10 +1,16 @@
 """Exactly-once results over at-least-once delivery, and the dead-letter list.
 
-Celery with late acks delivers an action again if its worker dies. The ledger makes the *result*
-idempotent: the first result stored for an action id wins (``SET NX``), a redelivered action that
-already has one gets it back without running again, and one that never finished runs again with
-``attempts`` saying how many times it was started. Messages that cannot be decoded at all go to a
-dead-letter list with their reason instead of vanishing.
+Celery with late acks delivers an action again if its worker dies, and a Redis failover can hand
+out a second copy of a message whose first delivery the new primary never saw. The ledger makes
+the *result* idempotent: the first result stored for an action id wins (``SET NX``), a delivery
+of an action that already has one gets it back without running again, and one that never
+finished runs again with ``attempts`` saying how many times it was started. Before a delivery
+runs it takes the action's *claim* (:meth:`Ledger.begin`, one idempotent script); a second copy
+that finds the claim held by another delivery waits for that one's result instead of running
+beside it. A claim lasts ``claim_s`` (the broker's visibility timeout, after which a dead
+worker's message is delivered again). Results and claims are written :func:`durable`: under
+Sentinel they are on a replica before the action starts or is acknowledged. Messages that
+cannot be decoded at all go to a dead-letter list with their reason instead of vanishing.
 """
 
 from __future__ import annotations
@@ -12,36 +18,71 @@ from __future__ import annotations
 import base64
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import redis
 
 from tangram_celery import keys
+from tangram_celery.connection import durable, idempotent
 
 DEAD_LETTER_BODY_CAP = 65536
 DEAD_LETTER_MAX = 10000
 STORE_RETRY_S = 60.0
 
+CLAIM_SCRIPT = idempotent("""
+-- KEYS: result, attempts, claim; ARGV: token, ttl, claim ttl
+local stored = redis.call('GET', KEYS[1])
+if stored then return {'stored', stored} end
+local holder = redis.call('GET', KEYS[3])
+if holder == ARGV[1] then return {'claimed', redis.call('GET', KEYS[2]) or '1'} end
+if holder then return {'held', holder} end
+redis.call('SET', KEYS[3], ARGV[1], 'EX', ARGV[3])
+local attempt = redis.call('INCR', KEYS[2])
+redis.call('EXPIRE', KEYS[2], ARGV[2])
+return {'claimed', tostring(attempt)}
+""")
+"""Take an action's claim for one delivery (``token``), unless its result is stored or another
+delivery holds the claim; run again with the same token it changes nothing."""
+
+
+@dataclass(frozen=True)
+class Start:
+    """What :meth:`Ledger.begin` found: the result already stored, another delivery's claim, or
+    the claim taken with this start's attempt number."""
+
+    attempt: int = 0
+    stored: dict[str, Any] | None = None
+    holder: str = ""
+
 
 class Ledger:
-    """Stored results and start counts of actions, in Redis."""
+    """Stored results, claims and start counts of actions, in Redis."""
 
-    def __init__(self, client: redis.Redis, ttl_s: int) -> None:
+    def __init__(self, client: redis.Redis, ttl_s: int, claim_s: float = 3600.0) -> None:
         self._redis = client
         self._ttl_s = ttl_s
+        self._claim_s = max(1, int(claim_s))
+        self._claim = client.register_script(CLAIM_SCRIPT)
 
     def stored(self, action_id: str) -> dict[str, Any] | None:
         """The result already stored for ``action_id``, if any."""
         raw = self._redis.get(keys.action_result(action_id))
         return None if raw is None else dict(json.loads(raw))
 
-    def begin(self, action_id: str) -> int:
-        """Count one more start of ``action_id``; returns the attempt number (1 = first)."""
-        pipe = self._redis.pipeline()
-        pipe.incr(keys.action_attempts(action_id))
-        pipe.expire(keys.action_attempts(action_id), self._ttl_s)
-        attempt, _ = pipe.execute()
-        return int(attempt)
+    def begin(self, action_id: str, token: str) -> Start:
+        """Claim ``action_id`` for the delivery ``token`` (see the module), on a replica before
+        it returns when Redis has one; or the stored result, or the other delivery's token."""
+        args = [keys.action_result(action_id), keys.action_attempts(action_id),
+                keys.action_claim(action_id)]
+        [(status, value)] = durable(self._redis, "claim", lambda pipe: self._claim(
+            keys=args, args=[token, self._ttl_s, self._claim_s], client=pipe))
+        status = status.decode() if isinstance(status, bytes) else str(status)
+        if status == "stored":
+            return Start(stored=dict(json.loads(value)))
+        if status == "held":
+            return Start(holder=value.decode() if isinstance(value, bytes) else str(value))
+        return Start(attempt=int(value))
 
     def store(self, action_id: str, result: dict[str, Any]) -> dict[str, Any]:
         """Store ``result`` unless one is already stored; returns the one that is stored.
@@ -67,11 +108,13 @@ class Ledger:
 
     def _store_once(self, action_id: str, result: dict[str, Any]) -> dict[str, Any]:
         body = json.dumps(result, separators=(",", ":"))
-        if self._redis.set(keys.action_result(action_id), body, nx=True, ex=self._ttl_s):
+        key = keys.action_result(action_id)
+        [done, raw] = durable(self._redis, "result", lambda pipe: (
+            pipe.set(key, body, nx=True, ex=self._ttl_s), pipe.get(key)))
+        if done or raw in (body, body.encode()):
             return result
         self._redis.incr(keys.DUPLICATE_RESULTS)
-        winner = self.stored(action_id)
-        return winner if winner is not None else result
+        return dict(json.loads(raw)) if raw is not None else result
 
     def dead_letter(self, reason: str, body: bytes | str | None, meta: dict[str, Any]) -> None:
         """Keep an undecodable or unroutable message with its reason (bounded list)."""

@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 import redis
 
+from tangram_bench.emulation import emulated_exec, emulated_test_run
 from tangram_celery import keys
-from tangram_celery.autoscale.actuators import RESTART_BACKOFF_S, LocalProcessActuator
+from tangram_celery.autoscale.actuators import LocalProcessActuator
+from tangram_celery.autoscale.actuators.members import RESTART_BACKOFF_S
 from tangram_celery.autoscale.controller import (
     AutoscalerOptions,
     RecentAct,
@@ -27,7 +29,6 @@ from tangram_celery.autoscale.controller import (
 )
 from tangram_celery.autoscale.policy import Budget, PoolLimits, ScalingConfig, decide
 from tangram_celery.autoscale.work import Work, action_work, message_body, unacked_work
-from tangram_celery.bench.emulation import emulated_exec, emulated_test_run
 from tangram_celery.client import TangramClient
 from tangram_celery.errors import ConfigError
 from tangram_celery.pools.inventory import (
@@ -185,7 +186,7 @@ def test_a_member_that_dies_is_started_again_and_serves_its_queue(
     actuator = LocalProcessActuator(
         redis_client, worker_env(settings), 1, 4096, tmp_path, prefix="r",
         clock=lambda: time.time() + offset[0],
-        registry=Registry(redis_client, settings.node_ttl_s, settings.trajectory_ttl_s),
+        registry=Registry(redis_client, settings.node.ttl_s, settings.actions.trajectory_ttl_s),
     )
     try:
         actuator.scale("cpu", 1)

@@ -14,7 +14,7 @@ import redis
 from tangram_celery import keys
 from tangram_celery.autoscale.actuators import ContainerTemplate, DockerActuator
 from tangram_celery.errors import SandboxSetupError
-from tangram_celery.sandbox.image import DEFAULT_TAG, ensure_image
+from tangram_celery.sandbox.docker.image import DEFAULT_TAG, ensure_image
 
 pytestmark = pytest.mark.slow
 

@@ -5,6 +5,7 @@ StatefulSets."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -65,7 +66,7 @@ def test_autoscaler_on_kubernetes_scales_the_workload_its_settings_name(
     chosen = settings.with_(autoscale_actuator="kubernetes", kubernetes_namespace="rl",
                             kubernetes_cpu_workload="statefulset/nodes", autoscale_min_nodes=2)
     api_server.replicas[("statefulsets", "rl", "nodes")] = 0
-    controller = kubernetes_controller(chosen, options_from_settings(chosen),
+    controller = kubernetes_controller(chosen, options_from_settings(chosen.autoscale),
                                        apps_api(api_server))
     decision = controller.tick()
     assert [(t.pool, t.target) for t in decision.targets] == [("cpu", 2)]
@@ -81,8 +82,8 @@ def test_autoscaler_on_kubernetes_scales_the_workload_its_settings_name(
 def test_kubernetes_settings_are_checked(changes: dict[str, str], error: str) -> None:
     with pytest.raises(ConfigError, match=error):
         Settings().with_(**changes)
-    assert Workload.from_settings(Settings()) == Workload("statefulset", "tangram-cpu-node",
-                                                          "tangram")
+    assert Workload.from_settings(Settings().autoscale) == Workload(
+        "statefulset", "tangram-cpu-node", "tangram")
 
 
 def test_api_errors_name_the_call_and_the_loop_goes_on(
@@ -91,13 +92,20 @@ def test_api_errors_name_the_call_and_the_loop_goes_on(
     missing = settings.with_(autoscale_actuator="kubernetes", kubernetes_namespace="rl",
                              kubernetes_cpu_workload="statefulset/absent",
                              autoscale_interval_s=0.05)
-    controller = kubernetes_controller(missing, options_from_settings(missing),
+    controller = kubernetes_controller(missing, options_from_settings(missing.autoscale),
                                        apps_api(api_server))
     with pytest.raises(ServiceError, match=r"get statefulsets/absent/scale in namespace rl: 404"):
         controller.tick()
     stop = threading.Event()
-    timer = threading.Timer(0.5, stop.set)
-    timer.start()
+
+    def stop_after_three_calls() -> None:
+        deadline = time.monotonic() + 60
+        while len(api_server.requests) <= 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        stop.set()
+
+    watcher = threading.Thread(target=stop_after_three_calls)
+    watcher.start()
     controller.run(stop)
-    timer.join()
+    watcher.join()
     assert len(api_server.requests) > 2, "the loop kept ticking through the errors"

@@ -30,6 +30,19 @@ def test_worker_target(case: str, procs: int, active: int, queued: list[Work], l
     assert worker_target(procs, active, queued, low, high, target_wait_s=2.0) == want
 
 
+AUTOSCALER = "tangram_celery.autoscale.actuators:ActAwareAutoscaler"
+
+
+def test_the_documented_autoscaler_name_resolves() -> None:
+    """The name a Celery app puts in ``worker_autoscaler`` (the class's own docstring gives it)."""
+    from celery.utils.imports import symbol_by_name
+
+    from tangram_celery.autoscale.actuators.autoscaler import ActAwareAutoscaler
+
+    assert symbol_by_name(AUTOSCALER) is ActAwareAutoscaler
+    assert AUTOSCALER in (ActAwareAutoscaler.__doc__ or "")
+
+
 APP = textwrap.dedent("""
     import os, time
     from celery import Celery
@@ -67,7 +80,7 @@ def test_prefork_worker_grows_by_predicted_work(
         import autoapp
 
         app = autoapp.app
-        from tangram_celery.bench.emulation import emulated_exec
+        from tangram_bench.emulation import emulated_exec
 
         body = {**emulated_exec("traj", 2.0).to_json(), "t1": 2.0}
         results = [app.send_task("sleep", args=[body]) for _ in range(8)]
@@ -77,6 +90,10 @@ def test_prefork_worker_grows_by_predicted_work(
             stats = app.control.inspect(destination=["auto@t"], timeout=1).stats() or {}
             grown = int(stats.get("auto@t", {}).get("autoscaler", {}).get("current", 0))
             time.sleep(0.5)
+        if grown < 2 and worker.poll() is not None:
+            assert worker.stdout is not None
+            said = worker.stdout.read().decode(errors="replace")
+            pytest.fail(f"the worker exited: {said[-3000:]}")
         assert grown >= 2, "prefork pool did not grow"
         assert [r.get(timeout=60) for r in results] == [2.0] * 8
     finally:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tangram_celery.bench.baseline import BaselineServer, run_code, start_baseline
+from tangram_bench.baseline import BaselineServer, run_code, start_baseline
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from tangram_celery.bench.gateway import (
+from tangram_bench.gateway import (
     Point,
     cpp_programs,
     main,
@@ -34,13 +34,17 @@ def test_requests_are_verls_payload() -> None:
 
 
 def test_ratios_and_table() -> None:
-    points = [Point("baseline", 32, 100, 50.0, 200.0, 10.0, 1.0),
-              Point("tangram", 32, 100, 25.0, 100.0, 25.0, 1.0),
+    points = [Point("baseline", 32, 100, 50.0, 200.0, 10.0, 0.5),
+              Point("tangram", 32, 100, 25.0, 100.0, 25.0, 1.0,
+                    {"client": 1, "gateway": 2, "broker": 3, "sandbox": 4, "program": 5}),
               Point("tangram", 8, 10, 1.0, 1.0, 1.0, 1.0)]
-    assert ratios(points) == {32: {"throughput": 2.5, "p90": 0.5, "p50": 0.5}}
+    assert ratios(points) == {32: {"throughput": 2.5, "p90": 0.5, "p50": 0.5,
+                                   "correct_throughput": 5.0}}
     text = render(points, "python", 4)
-    assert "32 clients: throughput 2.50x the baseline's, p50 0.50x, p90 0.50x" in text
+    assert "32 clients: throughput 2.50x the baseline's, p50 0.50x, p90 0.50x, correct " \
+           "answers per second 5.00x" in text
     assert " 8 clients" not in text
+    assert "client 1.0, gateway 2.0, broker 3.0, sandbox 4.0, program 5.0" in text
 
 
 def test_bad_arguments_are_refused(capsys: pytest.CaptureFixture[str]) -> None:

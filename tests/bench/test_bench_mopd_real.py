@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from tangram_celery.bench.mopd_real import (
-    POOL,
+from tangram_bench.mopd_real import (
     RealGpuConfig,
     RealGpuRun,
     RestoreFit,
@@ -29,20 +28,21 @@ from tangram_celery.bench.mopd_real import (
     scheduler_for,
     teacher_action,
 )
-from tangram_celery.bench.teachers.model import (
+from tangram_bench.mopd_real.config import POOL
+from tangram_bench.sim.invariants import incomplete, over_allocated, parts_mismatch
+from tangram_bench.sim.record import RunResult
+from tangram_bench.sim.services import replica_chunks
+from tangram_bench.teachers.model import (
     chunk_size,
     execute_seconds,
     first_instance,
     restore_seconds,
 )
-from tangram_celery.bench.teachers.repository import TeacherPhysics, memory_mb, write_repository
+from tangram_bench.teachers.repository import TeacherPhysics, memory_mb, write_repository
+from tangram_bench.workloads import MopdParams, mopd
+from tangram_bench.workloads.mopd import TEACHERS
 from tangram_celery.reward.repository import load_repository
 from tangram_celery.settings import Settings
-from tangram_celery.sim.invariants import incomplete, over_allocated, parts_mismatch
-from tangram_celery.sim.record import RunResult
-from tangram_celery.sim.services import replica_chunks
-from tangram_celery.workloads import MopdParams, mopd
-from tangram_celery.workloads.mopd import TEACHERS
 
 SCALE = 0.1
 
@@ -101,7 +101,7 @@ def test_systems_layouts_and_actions() -> None:
     workload = real_workload(16, 1, SCALE)
     config = RealGpuConfig(gpus=24, time_scale=SCALE)
     assert parallel_fractions(workload)["moe-235b-a22b"] == 0.8
-    assert scheduler_for("tangram") == Settings.from_env({}).scheduler == "robust"
+    assert scheduler_for("tangram") == Settings.from_env({}).node.scheduler == "robust"
     assert (scheduler_for("tangram:ersa"), scheduler_for("celery")) == ("elastic", "fcfs-min")
     with pytest.raises(ValueError, match="static"):
         scheduler_for("fixed-dop-4")

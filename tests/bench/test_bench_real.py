@@ -6,9 +6,9 @@ import shutil
 
 import pytest
 
-from tangram_celery.bench.elastic import real_workload, run_real, scheduler_for
+from tangram_bench.elastic import real_workload, run_real, scheduler_for
+from tangram_bench.sim.invariants import incomplete, parts_mismatch
 from tangram_celery.settings import Settings
-from tangram_celery.sim.invariants import incomplete, parts_mismatch
 
 CORES = 4
 
@@ -21,7 +21,7 @@ def test_real_stack_runs_each_system(settings: Settings) -> None:
                                settings=settings)
                 for name in ("tangram", "tangram:ersa", "fixed-dop-2", "celery")}
     finally:
-        shutil.rmtree(settings.sandbox_root, ignore_errors=True)
+        shutil.rmtree(settings.sandbox.root, ignore_errors=True)
     for result in runs.values():
         assert incomplete(workload, result) == []
         assert parts_mismatch(result) == []
@@ -41,7 +41,7 @@ def test_real_stack_runs_each_system(settings: Settings) -> None:
 
 
 def test_real_systems_map_to_worker_schedulers() -> None:
-    assert scheduler_for("tangram") == Settings.from_env({}).scheduler == "robust"
+    assert scheduler_for("tangram") == Settings.from_env({}).node.scheduler == "robust"
     assert scheduler_for("tangram:ersa") == scheduler_for("fixed-dop-4") == "elastic"
     assert scheduler_for("celery") == "fcfs-min"
     with pytest.raises(ValueError, match=r"tangram:\{robust,ersa\}"):

@@ -1,8 +1,8 @@
-"""``python -m tangram_celery.bench.scheduler``: warm and cold rows side by side, and verdicts."""
+"""``python -m tangram_bench.scheduler``: warm and cold rows side by side, and verdicts."""
 
 from __future__ import annotations
 
-from tangram_celery.bench.scheduler import Row, decision_rows, verdicts
+from tangram_bench.scheduler import Row, decision_rows, verdicts
 
 
 def test_every_policy_and_workload_has_a_warm_and_a_cold_row() -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tangram_celery.bench.suite import main
-from tangram_celery.workloads import coding, write_trace
+from tangram_bench.suite import main
+from tangram_bench.workloads import coding, write_trace
 
 
 def test_single_point_writes_every_output(tmp_path: Path) -> None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from tangram_celery.bench.report import cost_lines
-from tangram_celery.bench.summary import Summary
-from tangram_celery.bench.tables import (
+from tangram_bench.report import cost_lines
+from tangram_bench.summary import Summary
+from tangram_bench.tables import (
     comparison_table,
     headline_table,
     spread,

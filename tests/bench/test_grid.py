@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from tangram_celery.bench import grid
-from tangram_celery.bench.grid import FIXED, PAPER, STATIC, TANGRAM, GridPoint, Measured
-from tangram_celery.bench.plan import Point, workload_at
-from tangram_celery.bench.robustness import main
+from tangram_bench import grid
+from tangram_bench.grid import FIXED, PAPER, STATIC, TANGRAM, GridPoint, Measured
+from tangram_bench.plan import Point, workload_at
+from tangram_bench.robustness import main
 
 
 def test_the_grid_has_every_combination() -> None:

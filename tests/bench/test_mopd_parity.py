@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tangram_celery.bench.mopd_parity import main
-from tangram_celery.bench.mopd_tables import Run, fractions, gpus_for, spread
+from tangram_bench.mopd_parity import main
+from tangram_bench.mopd_tables import Run, fractions, gpus_for, spread
 
 CURVE = [(8, 40.0), (16, 20.0), (24, 10.0), (32, 8.0)]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tangram_celery.bench.overhead_report import report_of, table_of
+from tangram_bench.overhead_report import report_of, table_of
 
 KEYS = (
     "raw_celery_p50_ms", "tangram_trivial_p50_ms", "warm_exec_p50_ms", "warm_exec_true_p50_ms",

@@ -22,7 +22,7 @@ def test_32_trajectories_on_a_node_for_16_all_finish_in_fcfs_order(
     settings: Settings, cpu_workers: CpuWorkers, registry: Registry,
 ) -> None:
     cpu_workers({"mem-a": 2})
-    assert settings.trajectory_memory_mb * 16 == NODE_MB
+    assert settings.actions.trajectory_memory_mb * 16 == NODE_MB
     with TangramClient(settings) as one, TangramClient(settings) as two:
         clients = [one, two]
         handles = []

@@ -4,7 +4,6 @@ queue list and never recorded as unacked)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -13,7 +12,7 @@ from conftest import CpuWorkers
 
 from tangram_celery import keys
 from tangram_celery.client import TangramClient, command_action
-from tangram_celery.client.recovery import audit, broker_action_ids
+from tangram_celery.client.recovery import Stranded, audit, broker_action_ids, take_action
 from tangram_celery.errors import ActionTimeout
 from tangram_celery.pools.registry import Registry
 from tangram_celery.settings import Settings
@@ -46,7 +45,7 @@ def test_audit_table(
 
 
 def _client(settings: Settings) -> TangramClient:
-    return TangramClient(dataclasses.replace(settings, recovery_audit_s=0.4))
+    return TangramClient(settings.with_(recovery_audit_s=0.4))
 
 
 def test_queued_and_unacked_actions_are_not_published_again(
@@ -97,7 +96,7 @@ def test_actions_stranded_on_a_dead_node_are_answered_node_lost(
     unacked are taken out of the broker and answered ``node_lost``; the pin is dropped."""
     registry.register_node("doomed", 1, 4096)
     queue = keys.cpu_queue("doomed")
-    quick = dataclasses.replace(settings, recovery_audit_s=0.4, stranded_after_s=3.0)
+    quick = settings.with_(recovery_audit_s=0.4, stranded_after_s=3.0)
     with TangramClient(quick) as client:
         handles = client.submit_many(
             command_action("sd-1", f"echo {i}", id=f"sd{i}") for i in range(2)
@@ -118,7 +117,7 @@ def test_a_live_node_keeps_its_queued_actions(
     settings: Settings, registry: Registry, redis_client: redis.Redis,
 ) -> None:
     registry.register_node("slow", 1, 4096)
-    quick = dataclasses.replace(settings, recovery_audit_s=0.4, stranded_after_s=3.0)
+    quick = settings.with_(recovery_audit_s=0.4, stranded_after_s=3.0)
     with TangramClient(quick) as client:
         handle = client.submit(command_action("sl-1", "echo", id="sl0"))
         for _ in range(10):
@@ -126,3 +125,21 @@ def test_a_live_node_keeps_its_queued_actions(
             with pytest.raises(ActionTimeout):
                 handle.result(timeout=0.5)
     assert redis_client.llen(keys.cpu_queue("slow")) == 1
+
+
+def test_a_stranded_action_is_taken_and_answered_only_while_its_node_is_silent(
+        redis_client: redis.Redis, registry: Registry) -> None:
+    queue = keys.cpu_queue("silent-node")
+    body = json.dumps({"properties": {"correlation_id": "stranded-1"}})
+    redis_client.lpush(queue, body)
+    registry.register_node("silent-node", 1, 1024)
+    answer = Stranded("silent-node", 5.0, json.dumps({"status": "node_lost"}), 60)
+    assert take_action(redis_client, "stranded-1", queue, ":", [0], answer) is None, \
+        "taken from a node that heart-beats"
+    assert redis_client.llen(queue) == 1 and not redis_client.exists(
+        keys.action_result("stranded-1"))
+    redis_client.hset(keys.node("silent-node"), "heartbeat", 0)
+    assert take_action(redis_client, "stranded-1", queue, ":", [0], answer) == body.encode()
+    assert redis_client.llen(queue) == 0
+    assert json.loads(redis_client.get(keys.action_result("stranded-1")) or b"{}") == {
+        "status": "node_lost"}

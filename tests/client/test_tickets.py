@@ -105,7 +105,7 @@ def test_a_dead_clients_ticket_is_dropped_and_answered(
     assert [d["trajectory"] for d in alive.dropped] == ["lost"]
     assert redis_client.zcard(keys.MEMORY_TICKETS) == 0
     assert redis_client.llen(keys.MEMORY_ABANDONED) == 1
-    ledger = Ledger(redis_client, settings.result_ttl_s)
+    ledger = Ledger(redis_client, settings.broker.result_ttl_s)
     waitlist = Waitlist(alive, ledger, lambda action, queue: None, 60.0)
     waitlist.answer_dropped()
     stored = ledger.stored(lost.id)
@@ -138,7 +138,7 @@ def test_parked_trajectories_are_placed_in_the_lines_order_not_their_stamps(
     assert router.tickets.in_line_order(["second", "gone", "first"]) == [
         "first", "second", "gone"]
     published: list[str] = []
-    waitlist = Waitlist(router, Ledger(redis_client, settings.result_ttl_s),
+    waitlist = Waitlist(router, Ledger(redis_client, settings.broker.result_ttl_s),
                         lambda action, queue: published.append(action.trajectory_id), 60.0)
     now = time.time()
     waitlist.park(first, waits[0], now)
@@ -216,7 +216,7 @@ def test_a_killed_client_leaves_the_line_and_its_action_is_answered(
     root = Path(__file__).resolve().parents[2]
     with beating(registry, "a"), TangramClient(settings) as client:
         client.submit(command_action("hog", "true", trajectory_memory_mb=900))
-        child = subprocess.Popen([sys.executable, "-c", CHILD, settings.redis_url],
+        child = subprocess.Popen([sys.executable, "-c", CHILD, settings.broker.redis_url],
                                  stdout=subprocess.PIPE, text=True,
                                  env={**os.environ, "PYTHONPATH": str(root)})
         try:

@@ -7,7 +7,6 @@ on the CPU node StatefulSet (no cluster here: a fake API server answers the real
 from __future__ import annotations
 
 import re
-from dataclasses import fields
 from urllib.parse import urlsplit
 
 import pytest
@@ -30,14 +29,15 @@ from k8s_manifests import (
     workloads,
 )
 
-from tangram_celery.autoscale.actuators import CPU_POOL, KubernetesActuator, Workload
+from tangram_celery.autoscale.actuators import KubernetesActuator, Workload
+from tangram_celery.autoscale.actuators.interface import CPU_POOL
 from tangram_celery.cli import build_parser
-from tangram_celery.settings import PREFIX, Settings
+from tangram_celery.settings import PREFIX, VARIABLES, Settings, variable
 from tangram_celery.stack.broker import server_argv
 
 PENDING: dict[str, str] = {}
 """Manifest files not yet in the kustomization's resources, and why."""
-SETTINGS = {PREFIX + f.name.upper() for f in fields(Settings)}
+SETTINGS = {variable(key) for key in VARIABLES}
 
 
 def manifest_files() -> list[str]:
@@ -112,11 +112,12 @@ def test_each_tangram_variable_is_a_setting_that_parses(workload: str, name: str
 
 
 def test_servers_listen_on_their_settings_default_ports_with_credentials() -> None:
-    defaults = Settings()
+    defaults = Settings().observe
     for workload, port, secret in (("tangram-flower", defaults.flower_port, "flower-password"),
                                    ("tangram-dashboard", defaults.dashboard_port,
                                     "dashboard-password"),
-                                   ("tangram-exporter", defaults.exporter_port, None)):
+                                   ("tangram-exporter", defaults.exporter_port,
+                                    "exporter-password")):
         item = named_workload(workload).spec.template.spec.containers[0]
         args = build_parser().parse_args(item.args)
         assert args.port == port and args.address == "0.0.0.0"
@@ -161,29 +162,35 @@ def test_gpu_pool_schedules_the_gpus_its_triton_is_given() -> None:
     assert triton.resources.requests["nvidia.com/gpu"] == str(gpus)
     assert triton.resources.limits["nvidia.com/gpu"] == str(gpus)
     env = resolved_env(named_workload("tangram-gpu-pool"), pool)
-    assert not Settings.from_env(env).gpu_simulated
+    assert not Settings.from_env(env).gpu.simulated
     http_port = build_parser().parse_args(triton.args).http_port
     assert urlsplit(env["TANGRAM_TRITON_URL"]).port == http_port
+    triton_env = resolved_env(named_workload("tangram-gpu-pool"), triton)
+    for item in (pool, triton):
+        refs = {v.name: v.value_from.secret_key_ref.key for v in item.env
+                if v.value_from and v.value_from.secret_key_ref}
+        assert refs.get("TANGRAM_TRITON_KEY") == "triton-key", f"{item.name}: key from {SECRET}"
+    assert Settings.from_env(triton_env).triton.key == Settings.from_env(env).triton.key
 
 
 def test_cpu_nodes_are_what_the_autoscaler_thinks_it_scales() -> None:
     settings = autoscaler_settings()
-    workload = Workload.from_settings(settings)
+    workload = Workload.from_settings(settings.autoscale)
     assert workload.kind == "statefulset"
     nodes = named("StatefulSet", workload.name)
     item = nodes.spec.template.spec.containers[0]
     env = resolved_env(nodes, item)
     args = build_parser().parse_args([expand(a, env) for a in item.args])
     assert args.node == f"{workload.name}-0", "node names must be pod names for the drain"
-    assert args.cores == settings.autoscale_node_cores
+    assert args.cores == settings.autoscale.node_cores
     assert item.resources.requests["cpu"] == str(args.cores)
-    assert args.memory_mb == settings.autoscale_node_memory_mb
-    assert settings.kubernetes_namespace == kustomization()["namespace"]
+    assert args.memory_mb == settings.autoscale.node_memory_mb
+    assert settings.autoscale.kubernetes_namespace == kustomization()["namespace"]
 
 
 def test_the_autoscaler_role_grants_exactly_what_its_actuator_calls() -> None:
     settings = autoscaler_settings()
-    workload = Workload.from_settings(settings)
+    workload = Workload.from_settings(settings.autoscale)
     with running_api_server() as server:
         server.replicas[(f"{workload.kind}s", workload.namespace, workload.name)] = 1
         actuator = KubernetesActuator(apps_api(server), {CPU_POOL: workload})
@@ -214,7 +221,7 @@ def autoscaler_settings() -> Settings:
     autoscaler = named("Deployment", "tangram-autoscaler")
     settings = Settings.from_env(resolved_env(autoscaler,
                                               autoscaler.spec.template.spec.containers[0]))
-    assert settings.autoscale_actuator == "kubernetes"
+    assert settings.autoscale.actuator == "kubernetes"
     return settings
 
 

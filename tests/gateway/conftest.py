@@ -31,9 +31,9 @@ def gateway(settings: Settings, cpu_workers: Callable[..., list[str]],
     def start(token: str = "", cores: int = 2, **env: str) -> str:
         cpu_workers({NODE: cores})
         port = free_port()
-        process = spawn_gateway({"TANGRAM_REDIS_URL": settings.redis_url,
+        process = spawn_gateway({"TANGRAM_REDIS_URL": settings.broker.redis_url,
                                  "TANGRAM_GATEWAY_TOKEN": token,
-                                 "TANGRAM_NODE_TTL_S": str(settings.node_ttl_s), **env},
+                                 "TANGRAM_NODE_TTL_S": str(settings.node.ttl_s), **env},
                                 port, log)
         started.append(process)
         return wait_for_gateway(port, process)

@@ -45,7 +45,12 @@ def test_status_rules_match_sandboxfusion(gateway: StartGateway) -> None:
         "bash": dict(code="echo out; echo err >&2; exit 4", language="bash"),
         "memory": dict(code="b = bytearray(300 * 1024 * 1024)", language="python",
                        memory_limit_MB=128),
-        "cobol": dict(code="DISPLAY 'x'.", language="cobol"),
+        "big": dict(code="b = bytearray(700 * 1024 * 1024); print(len(b) >> 20)",
+                    language="python", memory_limit_MB=1024),
+        "huge": dict(code="print(1)", language="python", memory_limit_MB=10 ** 7),
+        "julia": dict(code="println(1)", language="julia"),
+        "fetch_failed": dict(code="open('o.txt', 'w').write('x'); raise SystemExit(2)",
+                             language="python", fetch_files=["o.txt"]),
     }
     with concurrent.futures.ThreadPoolExecutor(len(cases)) as pool:
         answers = dict(zip(cases, pool.map(lambda c: run_code(url, **c), cases.values()),
@@ -76,9 +81,15 @@ def test_status_rules_match_sandboxfusion(gateway: StartGateway) -> None:
     assert "undefined_name" in broken["compile_result"]["stderr"]
     assert answers["memory"]["status"] == "Failed"
     assert "MemoryError" in answers["memory"]["run_result"]["stderr"]
-    cobol = answers["cobol"]
-    assert cobol["status"] == "SandboxError" and "cobol" in cobol["message"]
-    assert "python" in cobol["message"] and "cpp" in cobol["message"]
+    assert answers["big"]["status"] == "Success", answers["big"]
+    assert answers["big"]["run_result"]["stdout"] == "700\n"
+    huge = answers["huge"]
+    assert huge["status"] == "SandboxError" and "memory" in huge["message"], huge
+    julia = answers["julia"]
+    assert julia["status"] == "SandboxError" and "julia" in julia["message"]
+    assert "python" in julia["message"] and "cpp" in julia["message"]
+    failed = answers["fetch_failed"]
+    assert failed["status"] == "Failed" and base64.b64decode(failed["files"]["o.txt"]) == b"x"
 
 
 @pytest.mark.slow
@@ -103,6 +114,14 @@ def test_files_in_fetch_files_out_and_a_named_trajectory_keeps_them(
     fresh = run_code(url, code="import os; print(os.path.exists('notes.txt'))",
                      language="python")
     assert fresh["run_result"]["stdout"] == "False\n"
+    notebook = {"X-Tangram-Trajectory": "nb-1", "X-Tangram-Session": "1"}
+    run_code(url, notebook, code="import json\nstate = {'n': 1}", language="python")
+    shown = run_code(url, notebook, code="state['n'] += 1\njson.dumps(state)",
+                     language="python")
+    assert shown["run_result"]["stdout"] == "'{\"n\": 2}'\n", shown
+    status, refused = call(f"{url}/run_code", body={"code": "1", "language": "python"},
+                           headers={"X-Tangram-Session": "1"})
+    assert status == 422 and refused["field"] == "X-Tangram-Session"
     status, ended = call(f"{url}/v1/trajectories/chat-1", method="DELETE")
     assert (status, ended) == (200, {"ended": "gw:chat-1"})
     gone = run_code(url, chat, code="import os; print(os.path.exists('notes.txt'))",
@@ -115,7 +134,7 @@ def test_errors_token_ping_health_and_status(gateway: StartGateway, settings: Se
                                              redis_client: redis.Redis) -> None:
     url = gateway(token="s3cret")
     program = {"code": "print(1)", "language": "python"}
-    assert call(f"{url}/v1/ping", "GET") == (200, "pong")
+    assert call(f"{url}/v1/ping", "GET") == (200, "pong")  # the JSON string, decoded
     status, health = call(f"{url}/healthz", "GET")
     assert status == 200 and health["status"] == "ok" and "python" in health["languages"]
     status, refused = call(f"{url}/run_code", body=program)
@@ -129,16 +148,19 @@ def test_errors_token_ping_health_and_status(gateway: StartGateway, settings: Se
     assert status == 200 and by_query["run_result"]["stdout"] == "1\n"
 
     status, bad = call(f"{url}/run_code", raw=b"{not json", headers=good)
-    assert status == 400 and bad["field"] == "body" and "JSON" in bad["error"]
+    assert status == 422 and bad["field"] == "body" and "JSON" in bad["error"]
     status, bad = call(f"{url}/run_code", body={"language": "python"}, headers=good)
-    assert status == 400 and bad["field"] == "code"
+    assert status == 422 and bad["detail"][0]["loc"] == ["body", "code"]
+    status, bad = call(f"{url}/run_code", body={"code": "x", "language": "cobol"},
+                       headers=good)
+    assert status == 422 and bad["detail"][0]["loc"] == ["body", "language"]
     status, bad = call(f"{url}/run_code", body=program,
                        headers={**good, "X-Tangram-Trajectory": "no spaces"})
-    assert status == 400 and bad["field"] == "X-Tangram-Trajectory"
+    assert status == 422 and bad["field"] == "X-Tangram-Trajectory"
     status, missing = call(f"{url}/nope", "GET")
     assert status == 404 and "POST /run_code" in missing["served"]
-    status, jupyter = call(f"{url}/run_jupyter", body={"cells": ["1"]}, headers=good)
-    assert status == 501 and "/run_jupyter" in jupyter["error"]
+    status, submit = call(f"{url}/submit", body={"dataset": "x"}, headers=good)
+    assert status == 501 and "/submit" in submit["error"]
 
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and b'"served": 2' not in b"".join(

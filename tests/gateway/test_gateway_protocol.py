@@ -44,6 +44,18 @@ def test_files_are_base64_and_skipped_like_sandboxfusion() -> None:
     assert dict(request.files) == {"a.bin": b"\x00\xff"}
 
 
+def test_numbers_as_strings_and_base64_with_line_breaks_read_as_sandboxfusion_reads_them(
+        ) -> None:
+    wrapped = base64.encodebytes(bytes(range(200))).decode()
+    assert "\n" in wrapped
+    request = parse_run_request(json.dumps({
+        "code": "x", "language": "python", "run_timeout": "2.5", "compile_timeout": " 3 ",
+        "memory_limit_MB": "1024", "files": {"a.bin": wrapped}}))
+    assert (request.run_timeout, request.compile_timeout, request.memory_limit_mb) == \
+        (2.5, 3.0, 1024)
+    assert request.files["a.bin"] == bytes(range(200))
+
+
 @pytest.mark.parametrize(("body", "field"), [
     ("not json", "body"),
     ("[1]", "body"),
@@ -51,9 +63,10 @@ def test_files_are_base64_and_skipped_like_sandboxfusion() -> None:
     ({"code": "x"}, "language"),
     ({"code": "x", "language": "python", "stdin": 3}, "stdin"),
     ({"code": "x", "language": "python", "run_timeout": -1}, "run_timeout"),
-    ({"code": "x", "language": "python", "compile_timeout": "9"}, "compile_timeout"),
+    ({"code": "x", "language": "python", "compile_timeout": "nine"}, "compile_timeout"),
+    ({"code": "x", "language": "cobol"}, "language"),
     ({"code": "x", "language": "python", "memory_limit_MB": 1.5}, "memory_limit_MB"),
-    ({"code": "x", "language": "python", "files": {"a": "%%%"}}, "files.a"),
+    ({"code": "x", "language": "python", "files": {"a": "abc"}}, "files.a"),
     ({"code": "x", "language": "python", "files": {"../a": "eA=="}}, "files.../a"),
     ({"code": "x", "language": "python", "files": ["a"]}, "files"),
     ({"code": "x", "language": "python", "fetch_files": "a"}, "fetch_files"),

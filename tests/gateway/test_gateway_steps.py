@@ -12,59 +12,63 @@ from tangram_celery.gateway.protocol import RunRequest
 from tangram_celery.gateway.service import trajectory_for
 from tangram_celery.gateway.steps import (
     StepConfig,
-    command_result,
-    compile_action,
-    fetch_action,
-    fetched_files,
+    command_results,
+    fetched,
     pytest_signature,
-    run_action,
+    request_action,
 )
 
-CONFIG = StepConfig(memory_cap_mb=512, pytest_max_cores=4)
+CONFIG = StepConfig(memory_default_mb=512, pytest_max_cores=4)
 
 
-def result(status: str, exit_code: int | None = 0, stdout: str = "", error: str = "",
-           **output: object) -> ActionResult:
-    return ActionResult("a", "t", "exec", status, {"exit_code": exit_code, "stdout": stdout,
-                                                   "stderr": "e", **output},
-                        node="node-0", timings=Timings(exec_s=0.25), error=error)
+def result(status: str, error: str = "", **output: object) -> ActionResult:
+    return ActionResult("a", "t", "exec", status, dict(output), node="node-0",
+                        timings=Timings(exec_s=0.25), error=error)
 
 
-def test_python_runs_as_a_code_action_with_stdin_and_timeout() -> None:
+def step(exit_code: int | None = 0, stdout: str = "", **more: object) -> dict[str, object]:
+    return {"exit_code": exit_code, "stdout": stdout, "stderr": "e", "exec_s": 0.25,
+            "timed_out": False, "oom_killed": False, **more}
+
+
+def test_a_python_request_is_one_ephemeral_action_in_the_warm_interpreter() -> None:
     request = RunRequest("print(input())", "python", stdin="x", run_timeout=3)
-    action = run_action(request, LANGUAGES["python"], "gw-1", CONFIG)
-    assert (action.kind, action.payload["code"], action.payload["stdin"], action.timeout_s) == \
-        ("exec", "print(input())", "x", 3.0)
-    assert action.trajectory_id == "gw-1" and action.units().min == 1
+    action = request_action(request, LANGUAGES["python"], "gw-1", CONFIG)
+    assert action.kind == "exec" and action.ephemeral and action.trajectory_id == "gw-1"
+    assert action.payload["steps"] == [{"code": "print(input())", "stdin": "x",
+                                        "timeout_s": 3.0}]
+    kept = request_action(request, LANGUAGES["python"], "gw:chat", CONFIG, ephemeral=False)
+    assert not kept.ephemeral
 
 
-def test_a_memory_limit_below_the_nodes_cap_is_an_address_space_limit() -> None:
-    request = RunRequest("print(1)", "python", memory_limit_mb=256)
-    action = run_action(request, LANGUAGES["python"], "gw-1", CONFIG)
-    assert action.payload["cmd"].startswith(f"ulimit -v {256 * 1024} ")
-    above = run_action(RunRequest("x", "python", memory_limit_mb=1024), LANGUAGES["python"],
-                       "gw-1", CONFIG)
-    assert "code" in above.payload
+def test_the_memory_limit_is_honoured_and_reserved_never_lowered() -> None:
+    for asked, given in ((256, 256), (1024, 1024), (-1, 512)):
+        action = request_action(RunRequest("x", "python", memory_limit_mb=asked),
+                                LANGUAGES["python"], "gw-1", CONFIG)
+        assert action.payload["memory_mb"] == given == action.trajectory_memory_mb
+        assert action.payload["env"]["TANGRAM_MEMORY_MB"] == str(given)
 
 
-def test_cpp_compiles_then_runs_and_only_the_first_step_carries_files() -> None:
-    request = RunRequest("int main(){}", "cpp", files={"in.txt": b"\xff1"}, compile_timeout=7)
-    compiled = compile_action(request, LANGUAGES["cpp"], "gw-1")
-    source = next(p for p in compiled.payload["files"] if p.endswith(".cpp"))
-    assert compiled.payload["files"][source] == "int main(){}"
-    assert compiled.payload["files"]["in.txt"].encode("utf-8", "surrogateescape") == b"\xff1"
-    assert compiled.payload["cmd"].startswith(f"g++ -std=c++17 {source} -o test")
-    assert compiled.timeout_s == 7.0
-    ran = run_action(request, LANGUAGES["cpp"], "gw-1", CONFIG, first=False)
-    assert ran.payload["cmd"] == "./test" and not ran.payload.get("files")
+def test_cpp_compiles_then_runs_in_one_action_with_its_files_and_ssl() -> None:
+    request = RunRequest("int main(){}", "cpp", files={"in.txt": b"\xff1"}, compile_timeout=7,
+                         fetch_files=("out.txt",))
+    action = request_action(request, LANGUAGES["cpp"], "gw-1", CONFIG)
+    compile_step, run_step = action.payload["steps"]
+    source = next(p for p in action.payload["files"] if p.endswith(".cpp"))
+    assert action.payload["files"][source] == "int main(){}"
+    assert action.payload["files"]["in.txt"].encode("utf-8", "surrogateescape") == b"\xff1"
+    assert compile_step == {"cmd": f"g++ -std=c++17 {source} -o test -lssl -lcrypto "
+                                   "-lpthread", "timeout_s": 7.0}
+    assert run_step == {"cmd": "./test", "timeout_s": 10.0}
+    assert action.payload["fetch"] == ["out.txt"]
 
 
 def test_pytest_is_an_elastic_test_run_keyed_by_its_signature() -> None:
     request = RunRequest("def test_a(): pass", "pytest", files={"lib.py": b"x = 1"})
-    action = run_action(request, LANGUAGES["pytest"], "gw-1", CONFIG, "sig-1")
+    action = request_action(request, LANGUAGES["pytest"], "gw-1", CONFIG, "sig-1")
     assert action.kind == "test_run" and action.signature == "sig-1"
     assert (action.units().min, action.units().max) == (1, 4)
-    assert action.elasticity is not None and "pytest" in action.payload["cmd"]
+    assert action.elasticity is not None and "pytest" in action.payload["steps"][0]["cmd"]
 
 
 def test_signature_header_then_field_then_file_hash() -> None:
@@ -77,28 +81,30 @@ def test_signature_header_then_field_then_file_hash() -> None:
     assert one == other != changed and one.startswith("files-")
 
 
-def test_fetch_step_names_the_files() -> None:
-    action = fetch_action(RunRequest("", "bash", fetch_files=("out dir/a.txt",)), "gw-1")
-    assert "'out dir/a.txt'" in action.payload["cmd"]
-
-
 def test_results_become_command_results() -> None:
-    assert command_result(result("ok")).to_json() == {
-        "status": "Finished", "execution_time": 0.25, "return_code": 0, "stdout": "",
-        "stderr": "e"}
-    assert command_result(result("failed", 139)).return_code == 139
-    timed_out = command_result(result("timeout", None))
-    assert (timed_out.status, timed_out.return_code) == ("TimeLimitExceeded", None)
-    broken = command_result(result("error", None, error="bwrap missing"))
-    assert broken.status == "Error" and "bwrap missing" in (broken.stderr or "")
-    assert command_result(result("rejected", None)).status == "Error"
+    compiled, ran = command_results(result("ok", steps=[step(), step(stdout="7")]), True)
+    assert compiled is not None and ran is not None
+    assert ran.to_json() == {"status": "Finished", "execution_time": 0.25, "return_code": 0,
+                             "stdout": "7", "stderr": "e"}
+    compiled, ran = command_results(result("failed", steps=[step(1)]), True)
+    assert compiled is not None and compiled.return_code == 1 and ran is None
+    _, timed_out = command_results(result("timeout", steps=[step(None, timed_out=True)]),
+                                   False)
+    assert timed_out is not None and timed_out.status == "TimeLimitExceeded"
+    _, killed = command_results(result("failed", steps=[step(137, oom_killed=True)]), False,
+                                256)
+    assert killed is not None and "out of memory" in (killed.stderr or "")
+    assert "256 MB" in (killed.stderr or "")
+    _, broken = command_results(result("error", error="bwrap missing"), False)
+    assert broken is not None and broken.status == "Error"
+    assert "bwrap missing" in (broken.stderr or "")
+    assert command_results(result("rejected"), True)[0] is not None
 
 
 def test_fetched_files_and_their_failures() -> None:
-    assert fetched_files(result("ok", stdout='{"a": "eA=="}')) == ({"a": "eA=="}, "")
-    assert "output cap" in fetched_files(result("ok", stdout="{", stdout_truncated=True))[1]
-    assert "no JSON" in fetched_files(result("ok", stdout="nope"))[1]
-    assert fetched_files(result("failed", 1))[0] == {}
+    assert fetched(result("ok", files={"a": "eA=="})) == ({"a": "eA=="}, "")
+    assert fetched(result("ok", files={}, fetch_error="too big")) == ({}, "too big")
+    assert fetched(result("failed")) == ({}, "")
 
 
 def test_trajectory_names() -> None:

@@ -39,7 +39,7 @@ def test_the_python_blocks_run(settings: Settings, cpu_workers: CpuWorkers,
                                monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
                                trl_example: ModuleType, tmp_path: Path) -> None:
     cpu_workers({"docs-a": 2})
-    monkeypatch.setenv("TANGRAM_REDIS_URL", settings.redis_url)
+    monkeypatch.setenv("TANGRAM_REDIS_URL", settings.broker.redis_url)
     scope: dict[str, Any] = {}
     for block in blocks("python"):
         exec(compile(block, str(PAGE), "exec"), scope)

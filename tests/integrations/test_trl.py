@@ -54,8 +54,8 @@ def test_the_serial_baseline_scores_in_process(trl_example: ModuleType) -> None:
 @pytest.mark.slow
 def test_the_example_compares_step_times(settings: Settings, cpu_workers: CpuWorkers) -> None:
     cpu_workers({"trl-b": 2})
-    env = {**os.environ, "TANGRAM_REDIS_URL": settings.redis_url,
-           "TANGRAM_NODE_TTL_S": str(settings.node_ttl_s)}
+    env = {**os.environ, "TANGRAM_REDIS_URL": settings.broker.redis_url,
+           "TANGRAM_NODE_TTL_S": str(settings.node.ttl_s)}
     done = subprocess.run([sys.executable, str(EXAMPLE), "--steps", "1", "--group", "2",
                            "--compare"], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

@@ -38,9 +38,9 @@ tools:
 """
 
 
-def load_tool(settings: Settings, tmp_path: Path) -> TangramCodeTool:
+def load_tool(settings: Settings, tmp_path: Path, extra: str = "") -> TangramCodeTool:
     config = tmp_path / "tools.yaml"
-    config.write_text(TOOL_YAML.format(redis_url=settings.redis_url))
+    config.write_text(TOOL_YAML.format(redis_url=settings.broker.redis_url) + extra)
     [tool] = initialize_tools_from_config(str(config))
     assert isinstance(tool, TangramCodeTool) and tool.name == "code_interpreter"
     return tool
@@ -73,6 +73,34 @@ def test_the_tool_keeps_an_instances_files_and_frees_them(
     assert "'code'" in bad and "call create first" in gone
 
 
+def test_a_session_tool_keeps_variables_imports_and_cwd_across_calls(
+        settings: Settings, cpu_workers: CpuWorkers, tmp_path: Path) -> None:
+    cpu_workers({"verl-s": 2})
+    tool = load_tool(settings, tmp_path, "      session: true\n")
+
+    async def calls() -> list[str]:
+        first, _ = await tool.create()
+        other, _ = await tool.create()
+        texts = []
+        for instance, code in (
+                (first, "import math\nx = 6 * 7\nimport os; os.mkdir('d'); os.chdir('d')"),
+                (first, "print(x, math.pi > 3, os.getcwd())"),
+                (first, "x + 1"),
+                (other, "print('x' in globals())"),
+                (first, "import time; time.sleep(30)"),
+                (first, "print('x' in globals())")):
+            response, _, _ = await tool.execute(instance, {"code": code})
+            texts.append(str(response.text))
+        await tool.release(first)
+        await tool.release(other)
+        return texts
+
+    made, used, shown, apart, slow, after = asyncio.run(calls())
+    assert made == "" and used.strip() == "42 True /work/d" and shown.strip() == "43"
+    assert apart.strip() == "False" and "timed out" in slow
+    assert "had died" in after and after.startswith("False")
+
+
 def data_proto(tokenizer: Any, solutions: list[list[str]], truths: list[object]) -> DataProto:
     """A batch as verl's rollout hands it over: prompt and response ids, and the dataset's
     ground truth; each solution is a list of the tokenizer's one-line tokens."""
@@ -102,7 +130,7 @@ def test_verls_batch_reward_manager_scores_with_tangram(
     truths = [trl_example.TESTS] * 3 + [stdio, stdio, trl_example.TESTS]
     manager = get_reward_manager_cls("batch")(
         tokenizer=tokenizer, num_examine=0, compute_score=compute_score,
-        settings={"redis_url": settings.redis_url}, timeout_s=30)
+        settings={"redis_url": settings.broker.redis_url}, timeout_s=30)
     out = manager(data_proto(tokenizer, solutions, truths), return_dict=True)
     rewards = out["reward_tensor"].sum(dim=1).tolist()
     assert rewards == [1.0, 0.5, 0.0, 1.0, 0.0, 0.0]
@@ -112,14 +140,14 @@ def test_verls_batch_reward_manager_scores_with_tangram(
 def test_compute_score_names_bad_ground_truth(settings: Settings) -> None:
     with pytest.raises(ValueError, match="tests"):
         compute_score(["d"], ["x = 1"], [{"inputs": ["1"]}], [{}],
-                      settings={"redis_url": settings.redis_url})
+                      settings={"redis_url": settings.broker.redis_url})
 
 
 def test_verls_reward_loop_manager_awaits_the_per_sample_form(
         settings: Settings, cpu_workers: CpuWorkers, trl_example: ModuleType) -> None:
     cpu_workers({"verl-c": 2})
     tokenizer = trl_example.build_tokenizer()
-    score = partial(compute_score_async, settings={"redis_url": settings.redis_url})
+    score = partial(compute_score_async, settings={"redis_url": settings.broker.redis_url})
     manager = NaiveRewardManager(OmegaConf.create({}), tokenizer, score)
     batch = data_proto(tokenizer, [["x = 1\n"], ["x = 2\n"]], [trl_example.TESTS] * 2)
 

@@ -11,10 +11,6 @@ import redis
 from tangram_celery.action import Action, ActionLimits, parse_action
 from tangram_celery.errors import ConfigError, ValidationError
 from tangram_celery.managers.basic import (
-    LEASES,
-    LOST,
-    ORDER,
-    TOKENS,
     ApiSpec,
     ApiState,
     Decision,
@@ -28,6 +24,7 @@ from tangram_celery.managers.basic import (
     pause_for,
     refill,
 )
+from tangram_celery.managers.basic.policy import LEASES, LOST, ORDER, TOKENS
 from tangram_celery.pools.conversion import api_names
 from tangram_celery.scheduling.ordering import trajectory_order_key
 

@@ -12,14 +12,9 @@ import redis
 
 from tangram_celery import keys
 from tangram_celery.errors import ServiceError
-from tangram_celery.managers.basic import (
-    LEASES,
-    ApiGate,
-    Decision,
-    Need,
-    QuotaStore,
-    parse_api_limits,
-)
+from tangram_celery.managers.basic import ApiGate, Decision, Need, QuotaStore, parse_api_limits
+from tangram_celery.managers.basic.policy import LEASES
+from tangram_celery.managers.basic.store import Grant
 
 SPECS = parse_api_limits(
     "one=url:http://one.test,concurrency:1,lease:0.3s;"
@@ -313,3 +308,19 @@ def test_a_lost_ticket_queues_again(redis_client: redis.Redis, gates: list[ApiGa
     gates[0].release(holder)
     thread.join(10)
     assert granted == [True]
+
+
+def test_a_held_lease_a_failover_lost_is_written_again_and_a_waiting_ticket_is_not(
+        redis_client: redis.Redis) -> None:
+    store = QuotaStore(redis_client, SPECS)
+    needs = (Need("one", 1),)
+    store.register("held", needs)
+    assert store.try_acquire("held", needs).granted
+    store.register("waiting", needs)
+    redis_client.delete(keys.api_leases("one"), keys.api_ticket_deadlines("one"))
+    grant = Grant("held", needs, time.time())
+    store.renew([("waiting", needs)], [grant])
+    assert redis_client.zrange(keys.api_leases("one"), 0, -1) == [b"held#1"]
+    assert redis_client.zcard(keys.api_ticket_deadlines("one")) == 0
+    store.release(grant)
+    store.cancel("waiting", needs)

@@ -12,14 +12,10 @@ import pytest
 import redis
 
 from tangram_celery.cli import main
+from tangram_celery.credentials import basic_authorization
 from tangram_celery.errors import ConfigError
 from tangram_celery.observe.dashboard import ViewConfig, act_rows, dashboard_view, timeline
-from tangram_celery.observe.dashboard_server import (
-    DashboardConfig,
-    authorization,
-    dashboard,
-    resolve_auth,
-)
+from tangram_celery.observe.dashboard_server import DashboardConfig, dashboard, resolve_auth
 from tangram_celery.pools.inventory import GpuPoolView, Inventory, QueueDepth, Resident
 from tangram_celery.pools.registry import NodeView
 from tangram_celery.settings import Settings
@@ -116,9 +112,9 @@ def test_server_requires_basic_auth_and_serves_the_batch_json(
         result["timings"]["stored"] = server.clock()
         actlog.append(redis_client, actlog.act_record(result, "tangram.cpu.n"))
         url = server.config.url
-        good = authorization("tangram", "pw")
+        good = basic_authorization("tangram", "pw")
         assert fetch(url)[0] == 401
-        assert fetch(url, authorization("tangram", "wrong"))[0] == 401
+        assert fetch(url, basic_authorization("tangram", "wrong"))[0] == 401
         assert 'Basic realm="tangram dashboard"' in fetch(url)[1]["WWW-Authenticate"]
         assert fetch(url + "healthz")[0] == 200
         status, headers, page = fetch(url, good)

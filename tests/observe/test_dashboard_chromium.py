@@ -66,7 +66,8 @@ class Rows(HTMLParser):
 @pytest.fixture()
 def gpu_pool(settings: Settings, triton_server: Any, tmp_path: Path) -> Iterator[str]:
     """A real GPU pool worker (pool ``default``, 2 simulated GPUs) over the session's Triton."""
-    env = {"TANGRAM_REDIS_URL": settings.redis_url, "TANGRAM_TRITON_URL": triton_server.http_url,
+    env = {"TANGRAM_REDIS_URL": settings.broker.redis_url,
+           "TANGRAM_TRITON_URL": triton_server.http_url,
            "TANGRAM_TRITON_REPOSITORY": str(ROOT / "triton_models")}
     process = spawn_gpu_worker(env, "default", 2, tmp_path / "gpu.log")
     try:

@@ -3,18 +3,16 @@ checked through its HTTP API and rendered in headless Chromium."""
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
+from flower_checks import finished_in_flower, flower_json, watching_events
 
 from tangram_celery.action import ActionResult
 from tangram_celery.client import TangramClient, code_action
@@ -24,7 +22,6 @@ from tangram_celery.observe.flower import (
     FlowerHandle,
     flower_argv,
     flower_process,
-    is_loopback,
     resolve_auth,
     run_flower,
 )
@@ -33,11 +30,6 @@ from tangram_celery.settings import Settings
 CpuWorkers = Callable[..., list[str]]
 ACT = re.compile(r"'act': \{'queue': ([-0-9.e]+), 'exec': ([-0-9.e]+), "
                  r"'overhead': ([-0-9.e]+), 'total': ([-0-9.e]+)\}")
-
-
-def test_loopback_addresses() -> None:
-    assert all(map(is_loopback, ["127.0.0.1", "127.9.0.1", "::1", "localhost"]))
-    assert not any(map(is_loopback, ["", "0.0.0.0", "::", "10.0.0.5", "example.org"]))
 
 
 def test_auth_is_on_by_default_and_never_off_in_public() -> None:
@@ -65,31 +57,12 @@ def test_run_flower_refuses_before_starting(settings: Settings) -> None:
     assert lines == []
 
 
-def get(flower: FlowerHandle, path: str, auth: bool = True) -> Any:
-    headers = {"Authorization": flower.authorization()} if auth else {}
-    request = urllib.request.Request(flower.url + path, headers=headers)
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return json.loads(response.read())
-
-
-def finished_in_flower(flower: FlowerHandle, ids: list[str], timeout: float = 30.0
-                       ) -> dict[str, Any]:
-    """Flower's task records of ``ids`` once all of them have a result."""
-    deadline = time.monotonic() + timeout
-    while True:
-        tasks = get(flower, "/api/tasks")
-        if all(tasks.get(i, {}).get("state") == "SUCCESS" and tasks[i].get("result")
-               for i in ids):
-            return {i: tasks[i] for i in ids}
-        assert time.monotonic() < deadline, f"Flower lists {sorted(tasks)}, not all of {ids}"
-        time.sleep(0.2)
-
-
-def run_in_flower(settings: Settings, cpu_workers: CpuWorkers, node: str
+def run_in_flower(settings: Settings, cpu_workers: CpuWorkers, node: str, flower: FlowerHandle
                   ) -> list[ActionResult]:
     cpu_workers({node: 1})
     payload = "x = 1\n" * 20_000  # a large payload must not reach Flower's argument column
     with TangramClient(settings) as client:
+        watching_events(flower, client, f"{node}-probe")
         results = client.run_batch(
             [code_action(f"fl-{k}", f"{payload}print({k} * 7)") for k in range(3)], timeout=60)
         for k in range(3):
@@ -105,9 +78,9 @@ def test_flower_lists_tangram_tasks_behind_basic_auth(
     with flower_process(settings, log_path=tmp_path / "flower.log") as flower:
         for path in ("/api/tasks", "/", "/api/workers"):
             with pytest.raises(urllib.error.HTTPError) as refused:
-                get(flower, path, auth=False)
+                flower_json(flower, path, auth=False)
             assert refused.value.code == 401, path
-        results = run_in_flower(settings, cpu_workers, "fl-a")
+        results = run_in_flower(settings, cpu_workers, "fl-a", flower)
         tasks = finished_in_flower(flower, [r.action_id for r in results])
     for k, result in enumerate(results):
         task = tasks[result.action_id]
@@ -132,7 +105,7 @@ def test_flower_task_page_renders_in_headless_chromium(
         pytest.fail("Debian's chromium is not installed: run `bash scripts/run.sh setup`",
                     pytrace=False)
     with flower_process(settings, log_path=tmp_path / "flower.log") as flower:
-        results = run_in_flower(settings, cpu_workers, "fl-b")
+        results = run_in_flower(settings, cpu_workers, "fl-b", flower)
         finished_in_flower(flower, [r.action_id for r in results])
         config = flower.config
         page = (f"http://{config.user}:{config.password}@{config.address}:{config.port}"

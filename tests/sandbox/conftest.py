@@ -29,7 +29,7 @@ from tangram_celery.errors import SandboxSetupError
 from tangram_celery.sandbox import ExecOutcome, ExecSpec, SandboxBackend, SandboxLimits
 from tangram_celery.sandbox.bwrap import BwrapBackend
 from tangram_celery.sandbox.docker import DockerBackend, WarmPoolPolicy
-from tangram_celery.sandbox.image import DEFAULT_TAG, ensure_image
+from tangram_celery.sandbox.docker.image import DEFAULT_TAG, ensure_image
 
 SETUP_HINT = (
     "run the README's test setup command (apt-get install -y bubblewrap python3-pytest "
@@ -138,12 +138,18 @@ def docker_backend(docker_url: str) -> Iterator[DockerBackend]:
         b.close()
 
 
-@pytest.fixture(params=["bwrap", pytest.param("docker", marks=pytest.mark.slow)])
+@pytest.fixture(params=["bwrap", "rlimits", pytest.param("docker", marks=pytest.mark.slow)])
 def sandbox(request: pytest.FixtureRequest, sandbox_root: Path) -> Iterator[SandboxBackend]:
-    """Every backend in turn, with the small limits; nothing of a test outlives it."""
-    if request.param == "bwrap":
+    """Every enforcement mode this machine can run, in turn, with the small limits: ``bwrap``
+    (root: cgroups, seccomp, a tmpfs work dir), ``rlimits`` (bubblewrap without cgroups or a
+    tmpfs work dir, run best-effort, as a node without root or delegation runs) and ``docker``.
+    Nothing of a test outlives it."""
+    if request.param in ("bwrap", "rlimits"):
         request.getfixturevalue("sandbox_tools")
-        bwrap = BwrapBackend(sandbox_root, SMALL_LIMITS)
+        degraded = request.param == "rlimits"
+        bwrap = BwrapBackend(sandbox_root, SMALL_LIMITS, cgroups=not degraded,
+                             workdir_tmpfs=not degraded,
+                             enforce="best-effort" if degraded else "strict")
         try:
             yield bwrap
         finally:

@@ -1,8 +1,11 @@
 """The shared adversarial suite: each test FAILS if its attack succeeds, on every backend.
 
 Every attack runs through the ``sandbox``/``sandbox_run`` fixtures, parametrized over the
-backends (``[bwrap]`` and ``[docker]``). Each is bounded in time and count (timeouts, loop
-limits) and targets loopback or this machine only. The few tests at the end use the
+enforcement modes this machine can run (``[bwrap]``, ``[rlimits]`` and ``[docker]``; see
+tests/sandbox/conftest.py). Where a mode does not hold a limit by design (``rlimits``: memory
+across processes), the test checks that the backend says so instead (:func:`enforced`). Each
+is bounded in time and count (timeouts, loop limits) and targets loopback or this machine
+only. The few tests at the end use the
 bubblewrap backend's own mechanisms (``backend``/``run``).
 """
 
@@ -41,11 +44,14 @@ def py(code: str) -> str:
     return "python3 - <<'PYEOF'\n" + code.strip() + "\nPYEOF\n"
 
 
-def require_cgroup(sandbox: SandboxBackend, controller: str) -> None:
-    """Fail when the backend cannot enforce ``controller`` (the docker backend always can)."""
-    if isinstance(sandbox, BwrapBackend):
-        assert sandbox.cgroups is not None and controller in sandbox.cgroups.controllers, (
-            f"{controller} cgroup not usable here: {getattr(sandbox.cgroups, 'unavailable', None)}")
+def enforced(sandbox: SandboxBackend, limit: str) -> bool:
+    """Whether the backend holds ``limit`` here. A backend that does not must have said so: it
+    runs best-effort and names the gap (a strict one would have refused to start)."""
+    if limit not in sandbox.isolation.gaps:
+        return True
+    assert sandbox.isolation.mode == "best-effort", sandbox.isolation
+    assert limit in sandbox.isolation.summary()
+    return False
 
 
 # -- time -------------------------------------------------------------------------------------
@@ -93,7 +99,8 @@ for i in range(16):          # up to 1 GiB in 64 MiB chunks, every page touched
 
 
 def test_memory_is_capped_across_processes(sandbox_run: Run, sandbox: SandboxBackend) -> None:
-    require_cgroup(sandbox, "memory")
+    if not enforced(sandbox, "memory"):
+        return
     code = """
 import os, time
 kids = []
@@ -282,13 +289,20 @@ def test_huge_file_write_is_capped(sandbox_run: Run) -> None:
     assert out.workdir_bytes <= SMALL_LIMITS.file_size_mb * MB + MB
 
 
-def test_many_files_over_the_workdir_quota_are_caught(sandbox_run: Run) -> None:
-    out = sandbox_run(
-        "for i in 1 2 3 4 5 6; do dd if=/dev/zero of=f$i bs=1M count=7 2>/dev/null; done",
-        tid="hog")
-    assert out.workdir_exceeded and out.workdir_bytes > SMALL_LIMITS.workdir_mb * MB
-    with pytest.raises(WorkdirQuotaError, match="end_trajectory"):
-        sandbox_run("true", tid="hog")
+def test_many_files_cannot_fill_the_disk_past_the_workdir_quota(
+        sandbox_run: Run, sandbox: SandboxBackend) -> None:
+    fill = ("i=0; while [ $i -lt 120 ]; do i=$((i + 1)); "
+            "dd if=/dev/zero of=f$i bs=512K count=1 2>&1 | grep -o 'No space left'; done | "
+            "sort -u")
+    out = sandbox_run(fill, tid="hog", timeout_s=60)
+    quota = SMALL_LIMITS.workdir_mb * MB
+    if not enforced(sandbox, "workdir"):
+        assert out.workdir_exceeded and out.workdir_bytes > quota
+        with pytest.raises(WorkdirQuotaError, match="end_trajectory"):
+            sandbox_run("true", tid="hog")
+        return
+    assert "No space left" in out.stdout, "a write past the quota fails while the action runs"
+    assert out.workdir_bytes <= quota + MB, f"the work dir grew to {out.workdir_bytes} bytes"
 
 
 def test_filling_tmp_and_shm_is_capped(sandbox_run: Run) -> None:
@@ -643,6 +657,9 @@ def test_nested_user_namespaces_are_refused(sandbox_run: Run) -> None:
         ("io_uring_setup", "libc.syscall(425, 8, ctypes.create_string_buffer(256))"),
         ("bpf", "libc.syscall(321, 0, None, 0)"),
         ("perf_event_open", "libc.syscall(298, ctypes.create_string_buffer(128), 0, -1, -1, 0)"),
+        ("sched_setscheduler(SCHED_FIFO)",
+         "libc.syscall(144, 0, 1, ctypes.byref(ctypes.c_int(1)))"),
+        ("sched_setattr", "libc.syscall(314, 0, ctypes.create_string_buffer(56), 0)"),
     ],
 )
 def test_dangerous_syscalls_are_refused(sandbox_run: Run, name: str, call: str) -> None:
@@ -656,7 +673,7 @@ def test_dangerous_syscalls_are_refused(sandbox_run: Run, name: str, call: str) 
 
 def test_cpu_pinning_cannot_be_escaped(sandbox_run: Run, sandbox: SandboxBackend,
                                        two_cores: tuple[int, int]) -> None:
-    require_cgroup(sandbox, "cpuset")
+    assert enforced(sandbox, "cores")
     first, second = two_cores
     out = sandbox_run(f"taskset -c {first} grep Cpus_allowed_list /proc/self/status; "
                       f"taskset -pc {first},{second} $$; grep Cpus_allowed_list /proc/self/status",
@@ -664,6 +681,20 @@ def test_cpu_pinning_cannot_be_escaped(sandbox_run: Run, sandbox: SandboxBackend
     lists = [line.split()[-1] for line in out.stdout.splitlines()
              if line.startswith("Cpus_allowed_list")]
     assert lists and all(cpus == str(second) for cpus in lists), out.stdout + out.stderr
+
+
+def test_an_action_cannot_widen_its_cores(sandbox_run: Run, sandbox: SandboxBackend,
+                                         two_cores: tuple[int, int]) -> None:
+    """On every mode, with or without a cpuset: the affinity call is refused (seccomp), so an
+    action stays on the cores it was given."""
+    first, second = two_cores
+    code = (f"import os\ntry:\n    os.sched_setaffinity(0, {{{first}, {second}}})\n"
+            "    print('WIDENED', flush=True)\nexcept OSError as exc:\n"
+            "    print('REFUSED', exc.errno, flush=True)\n"
+            "print('ON', sorted(os.sched_getaffinity(0)))")
+    out = sandbox_run(py(code), cores=(second,))
+    assert "REFUSED 1" in out.stdout, out.stdout + out.stderr
+    assert f"ON [{second}]" in out.stdout, out.stdout + out.stderr
 
 
 # -- output -----------------------------------------------------------------------------------

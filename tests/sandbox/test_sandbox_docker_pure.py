@@ -14,6 +14,12 @@ import pytest
 from tangram_celery.errors import SandboxSetupError, SandboxSpecError
 from tangram_celery.sandbox import ExecSpec, SandboxLimits
 from tangram_celery.sandbox.docker.exchange import read_ahead
+from tangram_celery.sandbox.docker.image import (
+    customize_rootfs,
+    debian_mirror,
+    debootstrap_command,
+    read_apt_sources,
+)
 from tangram_celery.sandbox.docker.options import (
     PIDS_OVERHEAD,
     container_options,
@@ -33,12 +39,6 @@ from tangram_celery.sandbox.docker.protocol import (
     command_start,
     exit_status,
     units_of,
-)
-from tangram_celery.sandbox.image import (
-    customize_rootfs,
-    debian_mirror,
-    debootstrap_command,
-    read_apt_sources,
 )
 
 POLICY = WarmPoolPolicy(min_size=1, max_size=8, window_s=60.0, headroom=2.0)
@@ -107,19 +107,20 @@ def test_idle_expired_skips_busy_and_orders_oldest_first() -> None:
 def test_container_options_isolate() -> None:
     limits = SandboxLimits(memory_mb=256, pids=64, workdir_mb=32, tmp_mb=16, file_size_mb=8,
                            cpu_time_s=30)
-    opts = container_options(limits, {"k": "v"}, seccomp="{}")
+    opts = container_options(limits, {"k": "v"}, seccomp="{}", uid=1_500_007)
     assert opts["network_mode"] == "none" and opts["read_only"] is True
     assert opts["cap_drop"] == ["ALL"] and opts["cap_add"] == ["SETUID", "SETGID", "SETPCAP"]
     assert opts["security_opt"] == ["no-new-privileges", "seccomp={}"]
     assert opts["pids_limit"] == 64 + PIDS_OVERHEAD
     assert opts["mem_limit"] == opts["memswap_limit"] == (256 + 32 + 1) * 1024 * 1024
     assert opts["user"] == "0:0" and opts["init"] is True
-    assert "size=16m" in opts["tmpfs"]["/tmp"] and "uid=1000" in opts["tmpfs"]["/work"]
+    assert "size=16m" in opts["tmpfs"]["/tmp"]
+    assert "mode=0700,uid=1500007,gid=1500007" in opts["tmpfs"]["/work"]
     assert opts["shm_size"] == 16 * 1024 * 1024
     assert opts["cpu_quota"] == 100_000  # one core while its executor starts, then throttled
     names = {u["Name"]: u["Soft"] for u in opts["ulimits"]}
     assert names == {"nofile": 256, "fsize": 8 << 20, "data": 256 << 20, "core": 0, "cpu": 30}
-    assert "seccomp" not in " ".join(container_options(limits, {}, None)["security_opt"])
+    assert "seccomp" not in " ".join(container_options(limits, {}, None, 1_500_007)["security_opt"])
 
 
 def test_cpu_options_pin_and_quota() -> None:

@@ -21,6 +21,7 @@ from tangram_celery.sandbox import (
     rewrite_parallelism,
 )
 from tangram_celery.sandbox.bwrap import BwrapBackend
+from tangram_celery.sandbox.bwrap.trajectory import Trajectory
 
 Run = Callable[..., ExecOutcome]
 
@@ -46,6 +47,23 @@ def test_files_persist_within_a_trajectory_and_vanish_at_its_end(
     assert backend.trajectories() == [] and not workdirs[0].exists()
     again = run("ls -A", tid="p1")
     assert again.stdout == "" and again.exit_code == 0
+
+
+def test_a_trajectory_started_again_while_its_old_self_is_removed_keeps_its_files(
+    run: Run, backend: BwrapBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run("echo old > note.txt", tid="again")
+    dispose = backend._dispose
+    started: list[str] = []
+
+    def dispose_after_a_new_start(traj: Trajectory) -> None:
+        started.append(run("echo new > note.txt; cat note.txt", tid="again").stdout)
+        dispose(traj)
+
+    monkeypatch.setattr(backend, "_dispose", dispose_after_a_new_start)
+    backend.end_trajectory("again")
+    assert started == ["new\n"]
+    assert run("cat note.txt", tid="again").stdout == "new\n"
 
 
 def test_trajectories_have_separate_work_dirs(run: Run) -> None:

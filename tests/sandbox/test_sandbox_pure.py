@@ -24,7 +24,8 @@ from tangram_celery.sandbox import (
     make_backend,
     rewrite_parallelism,
 )
-from tangram_celery.sandbox.cgroup import own_group_dir, parse_mountinfo, parse_proc_cgroup
+from tangram_celery.sandbox.cgroups.files import own_group_dir
+from tangram_celery.sandbox.cgroups.v1 import parse_mountinfo, parse_proc_cgroup
 from tangram_celery.sandbox.output import CUT_MARKER, CappedBuffer, pump
 from tangram_celery.sandbox.seccomp import build_filter
 from tangram_celery.sandbox.validation import validate_files, validate_spec

@@ -14,10 +14,11 @@ import pytest
 from test_sandbox_attacks import Run
 
 from tangram_celery.errors import SandboxSetupError
-from tangram_celery.pools.worker import backend_options
+from tangram_celery.pools.cpu_pool.worker import backend_options
 from tangram_celery.sandbox import ExecSpec, SandboxLimits, make_backend, rewrite_parallelism
 from tangram_celery.sandbox.bwrap import BwrapBackend
 from tangram_celery.sandbox.bwrap import action as bwrap_action
+from tangram_celery.sandbox.bwrap import placement as bwrap_placement
 from tangram_celery.sandbox.bwrap.warm import child_pid
 from tangram_celery.settings import Settings
 
@@ -84,7 +85,7 @@ def test_ready_sandboxes_serve_first_actions_and_are_never_shared(
         assert first.stdout.startswith("f\n") and second.stdout == ""
         uids = {backend._trajs[t].uid for t in ("r1", "r2")}
         assert len(uids) == 2
-        assert backend._trajs["r1"].path.name != backend._trajs["r2"].path.name
+        assert backend._trajs["r1"].home.name != backend._trajs["r2"].home.name
         assert backend.run(ExecSpec("r1", "cat f", {}, 20.0, (0,))).stdout == "one\n"
         backend.end_trajectory("r1")
         while backend._ready.count() < 2 and time.monotonic() < deadline:
@@ -108,7 +109,7 @@ def test_a_child_gone_before_it_was_placed_is_started_again_once(
                 time.sleep(0.005)
         return pid
 
-    monkeypatch.setattr(bwrap_action, "child_pid", vanishing)
+    monkeypatch.setattr(bwrap_placement, "child_pid", vanishing)
     busy = threading.Thread(target=run, args=("sleep 2",))
     busy.start()  # it holds the trajectory's cgroups: the next action's child is moved
     time.sleep(0.5)
@@ -176,7 +177,7 @@ def test_the_number_of_ready_sandboxes_is_a_setting(
 ) -> None:
     for env, expected in (({}, 2), ({"TANGRAM_SANDBOX_READY": "1"}, 1),
                           ({"TANGRAM_SANDBOX_READY": "0"}, 0)):
-        options = backend_options(Settings.from_env(env), "node-a")
+        options = backend_options(Settings.from_env(env).sandbox, "node-a")
         assert options["ready"] == expected
         backend = make_backend("bwrap", sandbox_root / str(expected), SandboxLimits(), **options)
         assert isinstance(backend, BwrapBackend)

@@ -15,7 +15,7 @@ from tangram_celery.scheduling import (
     Snapshot,
     decide_robust,
 )
-from tangram_celery.scheduling.loans import (
+from tangram_celery.scheduling.lending import (
     Holder,
     Loan,
     LoanConfig,

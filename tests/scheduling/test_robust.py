@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tangram_bench.sim.policy import DEFAULT_POLICY
 from tangram_celery.scheduling import (
     Core,
     CpuPool,
@@ -25,7 +26,6 @@ from tangram_celery.scheduling import (
 )
 from tangram_celery.scheduling.robust import dop_cap, predicted_act, reserve_units
 from tangram_celery.settings import SCHEDULERS, Settings
-from tangram_celery.sim.policy import DEFAULT_POLICY
 
 CPU = "cpu"
 
@@ -324,6 +324,6 @@ def test_a_lone_elastic_job_on_an_idle_pool_gets_every_core() -> None:
 
 
 def test_robust_is_the_default() -> None:
-    assert Settings().scheduler == "robust" and "elastic" in SCHEDULERS
+    assert Settings().node.scheduler == "robust" and "elastic" in SCHEDULERS
     assert DEFAULT_POLICY == "robust"
 

@@ -1,15 +1,18 @@
-"""``tangram redis`` refuses to listen off loopback without a password."""
+"""``tangram redis`` refuses to listen off loopback without a password; a private server takes
+its password on stdin, never on its command line."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import redis
 
 from tangram_celery.errors import ConfigError
-from tangram_celery.stack.broker import check_bind
+from tangram_celery.stack.broker import check_bind, embedded_redis, redis_answers
 
 
 @pytest.mark.parametrize(("url", "bind"), [
@@ -35,3 +38,16 @@ def test_the_command_refuses_before_starting_a_server() -> None:
                           check=False)
     assert done.returncode != 0
     assert "without a password" in done.stderr
+
+
+def test_a_private_servers_password_is_not_on_its_command_line() -> None:
+    password = "pw-on-stdin-0123456789"  # nosec B105 # the test server's own password
+    with embedded_redis(password=password) as server:
+        assert server.pid is not None
+        cmdline = Path(f"/proc/{server.pid}/cmdline").read_bytes()
+        assert b"redis-server" in cmdline and password.encode() not in cmdline
+        assert redis_answers(server.url)
+        anonymous = redis.Redis(port=server.port, socket_timeout=2)
+        with pytest.raises(redis.AuthenticationError):
+            anonymous.ping()
+        anonymous.close()

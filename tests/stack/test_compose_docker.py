@@ -16,6 +16,7 @@ import secrets
 import shutil
 import subprocess
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -32,7 +33,7 @@ from tangram_celery.client import TangramClient
 from tangram_celery.pools.launch import wait_for_nodes
 from tangram_celery.pools.registry import Registry
 from tangram_celery.processes import free_ports
-from tangram_celery.sandbox.image import ensure_image
+from tangram_celery.sandbox.docker.image import ensure_image
 from tangram_celery.settings import Settings
 from tangram_celery.stack.images import ensure_stack_image
 
@@ -79,11 +80,13 @@ class ComposeProject:
         self.redis_password = secrets.token_urlsafe(18)
         self.flower_password = secrets.token_urlsafe(18)
         self.gateway_token = secrets.token_urlsafe(18)
+        self.triton_key = secrets.token_urlsafe(18)
         self.env_file = tmp_path / "stack.env"
         values = {
             "STACK_REDIS_PASSWORD": self.redis_password,
             "TANGRAM_FLOWER_PASSWORD": self.flower_password,
             "TANGRAM_GATEWAY_TOKEN": self.gateway_token,
+            "TANGRAM_TRITON_KEY": self.triton_key,
             "STACK_DOCKER_SOCKET": engine_url.removeprefix("unix://"),
             "STACK_ENV_FILE": str(self.env_file),
             "STACK_CPU_NODE": self.node,
@@ -129,7 +132,7 @@ def sandbox_containers(client: docker.DockerClient, hosts: set[str]) -> list[obj
 
 def wait_healthy_stack(project: ComposeProject, timeout: float = 240.0) -> None:
     """Block until the CPU node registered (the GPU pool starts alongside it)."""
-    client = redis.Redis.from_url(project.settings().redis_url)
+    client = redis.Redis.from_url(project.settings().broker.redis_url)
     try:
         wait_for_nodes(Registry(client, 3.0, 600), [project.node], timeout=timeout)
     finally:
@@ -190,6 +193,10 @@ def test_compose_stack_builds_comes_up_and_serves_a_mixed_batch_from_the_host(
         with urllib.request.urlopen(request, timeout=120) as reply:
             answer = json.loads(reply.read())
         assert answer["status"] == "Success" and answer["run_result"]["stdout"] == "42\n"
+        index = f"http://127.0.0.1:{project.ports['STACK_TRITON_HTTP_PORT']}/v2/repository/index"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(urllib.request.Request(index, data=b"{}"), timeout=30)
+        assert refused.value.code == 403, "Triton's published port takes uploads without the key"
     finally:
         started = time.monotonic()
         project.run("down", "-v", "--remove-orphans", "-t", "30", timeout=300)

@@ -46,7 +46,8 @@ def test_demo_stack_runs_one_cpu_node_copy_per_node_on_free_ports(tmp_path: Path
         assert argv[argv.index("--cores") + 1] == "5"
     published = load_compose(DEFAULT_COMPOSE_FILE, {"STACK_REDIS_PASSWORD": "p",
                                                     "TANGRAM_FLOWER_PASSWORD": "p",
-                                                    "TANGRAM_GATEWAY_TOKEN": "p"})
+                                                    "TANGRAM_GATEWAY_TOKEN": "p",
+                                                    "TANGRAM_TRITON_KEY": "p"})
     assert set(services["redis"].ports.values()).isdisjoint(
         published.services["redis"].ports.values())
     redis_url = services["cpu-node-1"].environment["TANGRAM_REDIS_URL"]

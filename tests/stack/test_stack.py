@@ -21,7 +21,6 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -35,7 +34,7 @@ from tangram_celery.errors import ConfigError
 from tangram_celery.pools.launch import wait_for_nodes
 from tangram_celery.pools.registry import Registry
 from tangram_celery.processes import free_port, free_ports
-from tangram_celery.settings import Settings
+from tangram_celery.settings import VARIABLES, Settings, variable
 from tangram_celery.stack.compose import (
     DEFAULT_COMPOSE_FILE,
     Healthcheck,
@@ -46,12 +45,12 @@ from tangram_celery.stack.compose import (
     selected_services,
 )
 from tangram_celery.stack.local_service import LocalService, host_ports, localize, rewrite
-from tangram_celery.stack.plan import is_ours, replicate, stack_variables
+from tangram_celery.stack.plan import client_settings, is_ours, replicate, stack_variables
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_DIR = ROOT / "compose"
 REQUIRED = {"STACK_REDIS_PASSWORD": "pw", "TANGRAM_FLOWER_PASSWORD": "fpw",
-            "TANGRAM_GATEWAY_TOKEN": "gwt"}
+            "TANGRAM_GATEWAY_TOKEN": "gwt", "TANGRAM_TRITON_KEY": "tk"}
 
 
 def compose_variables() -> set[str]:
@@ -83,18 +82,15 @@ def test_compose_file_parses_as_yaml_with_the_stack_of_the_issue() -> None:
     assert "--no-auth" not in compose.services["flower"].command
     assert compose.services["flower"].environment["TANGRAM_FLOWER_PASSWORD"] == "fpw"
     assert compose.services["gateway"].environment["TANGRAM_GATEWAY_TOKEN"] == "gwt"
+    for name in ("triton", "gpu-pool"):
+        assert compose.services[name].environment["TANGRAM_TRITON_KEY"] == "tk"
+    assert "TANGRAM_TRITON_KEY" not in compose.services["cpu-node"].environment
 
 
-def test_compose_refuses_to_start_without_the_passwords() -> None:
-    with pytest.raises(ConfigError, match="STACK_REDIS_PASSWORD"):
-        load_compose(DEFAULT_COMPOSE_FILE, {"TANGRAM_FLOWER_PASSWORD": "x",
-                                            "TANGRAM_GATEWAY_TOKEN": "x"})
-    with pytest.raises(ConfigError, match="TANGRAM_FLOWER_PASSWORD"):
-        load_compose(DEFAULT_COMPOSE_FILE, {"STACK_REDIS_PASSWORD": "x",
-                                            "TANGRAM_GATEWAY_TOKEN": "x"})
-    with pytest.raises(ConfigError, match="TANGRAM_GATEWAY_TOKEN"):
-        load_compose(DEFAULT_COMPOSE_FILE, {"STACK_REDIS_PASSWORD": "x",
-                                            "TANGRAM_FLOWER_PASSWORD": "x"})
+@pytest.mark.parametrize("missing", sorted(REQUIRED))
+def test_compose_refuses_to_start_without_the_passwords(missing: str) -> None:
+    with pytest.raises(ConfigError, match=f"set {missing} in compose/.env"):
+        load_compose(DEFAULT_COMPOSE_FILE, {k: "x" for k in REQUIRED if k != missing})
 
 
 def test_every_service_command_and_healthcheck_is_a_real_entry_point() -> None:
@@ -126,7 +122,7 @@ def test_env_example_holds_known_settings_and_every_compose_variable() -> None:
     assert all(k.startswith(("TANGRAM_", "STACK_")) for k in example)
     assert compose_variables() - set(example) <= {"STACK_ENV_FILE"}
     assert not example["STACK_REDIS_PASSWORD"] and not example["TANGRAM_FLOWER_PASSWORD"]
-    assert not example["TANGRAM_GATEWAY_TOKEN"]
+    assert not example["TANGRAM_GATEWAY_TOKEN"] and not example["TANGRAM_TRITON_KEY"]
 
 
 def test_dockerfile_builds_from_a_base_image_argument_and_holds_no_secret() -> None:
@@ -209,7 +205,8 @@ def test_localize_gives_the_same_commands_on_loopback_and_published_ports(
                      python="/py")
     redis_local = local["redis"]
     assert redis_local.argv == ("/py", "-m", "tangram_celery.cli", "redis", "--bind",
-                                "127.0.0.1", "--dir", str(tmp_path / "volumes" / "redis-data"))
+                                "127.0.0.1", "--port", "23456", "--dir",
+                                str(tmp_path / "volumes" / "redis-data"))
     assert redis_local.environment["TANGRAM_REDIS_URL"] == "redis://:pw@127.0.0.1:23456/0"
     assert local["flower"].argv[-4:] == ("--address", "127.0.0.1", "--port", "23457")
     triton = local["triton"]
@@ -222,6 +219,10 @@ def test_localize_gives_the_same_commands_on_loopback_and_published_ports(
     assert local["gateway"].argv[-4:] == ("--address", "127.0.0.1", "--port", "18080")
     assert local["gateway"].healthcheck is not None
     assert local["gateway"].healthcheck.test[-3:] == ("--check", "--port", "18080")
+    client = client_settings(local)
+    assert client["SANDBOX_FUSION_URL"] == \
+        f"http://127.0.0.1:18080/run_code?token={REQUIRED['TANGRAM_GATEWAY_TOKEN']}"
+    assert Settings.from_env(client).gateway.token == REQUIRED["TANGRAM_GATEWAY_TOKEN"]
 
 
 def test_stack_variables_generate_and_keep_missing_passwords(tmp_path: Path) -> None:
@@ -284,6 +285,27 @@ def leftovers(marker: str, sandbox_root: Path) -> list[str]:
         if marker.encode() in environ or str(sandbox_root).encode() in cmdline:
             shown = cmdline.replace(b"\0", b" ")[:160]
             found.append(f"{entry.name}: {shown!r}")
+    return found
+
+
+def secrets_shown(marker: str, secrets_: dict[str, str], logs: Path) -> list[str]:
+    """Where a secret of the stack shows: the command line (what ``ps`` shows) of a process with
+    the marker in its environment, or a line of a service's log."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if marker.encode() not in (entry / "environ").read_bytes():
+                continue
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        found += [f"{name} in the command line of {entry.name}: {cmdline[:120]!r}"
+                  for name, value in secrets_.items() if value.encode() in cmdline]
+    for log in sorted(logs.glob("*.log")):
+        text = log.read_text(errors="replace")
+        found += [f"{name} in {log.name}" for name, value in secrets_.items() if value in text]
     return found
 
 
@@ -376,8 +398,8 @@ def test_tangram_up_serves_a_mixed_batch_and_down_stops_everything(
     assert isinstance(services, dict)
     assert set(services) == {"redis", "triton", "flower", "cpu-node", "gateway", "gpu-pool"}
     settings = up_stack.client_settings()
-    assert settings.redis_url.endswith(f"127.0.0.1:{up_stack.ports['STACK_REDIS_PORT']}/0")
-    client_redis = redis.Redis.from_url(settings.redis_url)
+    assert settings.broker.redis_url.endswith(f"127.0.0.1:{up_stack.ports['STACK_REDIS_PORT']}/0")
+    client_redis = redis.Redis.from_url(settings.broker.redis_url)
     wait_for_nodes(Registry(client_redis, 3.0, 600), [f"n-{up_stack.marker}"], timeout=60)
     client_redis.close()
     started = time.monotonic()
@@ -389,13 +411,19 @@ def test_tangram_up_serves_a_mixed_batch_and_down_stops_everything(
                          up_stack.env["TANGRAM_FLOWER_PASSWORD"])
     assert {r.action_id for r in results} <= set(tasks)
     token = read_env_file(up_stack.state_dir / "client.env")["TANGRAM_GATEWAY_TOKEN"]
-    assert token == settings.gateway_token and len(token) >= 20
+    assert token == settings.gateway.token and len(token) >= 20
     gateway = f"http://127.0.0.1:{up_stack.ports['STACK_GATEWAY_PORT']}/run_code"
     request = urllib.request.Request(f"{gateway}?token={token}",
                                      data=b'{"code": "print(6 * 7)", "language": "python"}')
     with urllib.request.urlopen(request, timeout=120) as reply:
         answer = json.loads(reply.read())
     assert answer["status"] == "Success" and answer["run_result"]["stdout"] == "42\n", answer
+    stack_secrets = {**read_env_file(up_stack.state_dir / "secrets.env"),
+                     "TANGRAM_FLOWER_PASSWORD": up_stack.env["TANGRAM_FLOWER_PASSWORD"]}
+    assert set(stack_secrets) == {"STACK_REDIS_PASSWORD", "TANGRAM_FLOWER_PASSWORD",
+                                  "TANGRAM_GATEWAY_TOKEN", "TANGRAM_TRITON_KEY"}
+    assert secrets_shown(up_stack.marker, stack_secrets, up_stack.state_dir / "logs") == []
+    assert not [name for name, value in stack_secrets.items() if value in up_stack.text()]
 
     text = up_stack.text()
     for name in ("redis", "triton", "gateway"):
@@ -467,7 +495,7 @@ def test_tangram_up_refuses_a_busy_port(tmp_path: Path) -> None:
 
 
 def test_settings_fields_the_compose_file_sets_exist() -> None:
-    known = {f"TANGRAM_{f.name.upper()}" for f in fields(Settings)}
+    known = {variable(key) for key in VARIABLES}
     compose = load_compose(DEFAULT_COMPOSE_FILE, REQUIRED)
     for service in compose.services.values():
         for key in service.environment:

@@ -23,7 +23,7 @@ from tangram_celery.errors import ActionTimeout
 from tangram_celery.pools.launch import spawn_cpu_worker, wait_for_nodes
 from tangram_celery.pools.registry import Registry
 from tangram_celery.processes import stop_process
-from tangram_celery.sandbox.image import DEFAULT_TAG, ensure_image
+from tangram_celery.sandbox.docker.image import DEFAULT_TAG, ensure_image
 from tangram_celery.settings import Settings
 from tangram_celery.stack.broker import RedisServer, embedded_redis
 

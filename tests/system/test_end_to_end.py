@@ -68,12 +68,25 @@ def test_environment_persists_in_order_and_is_freed(settings: Settings,
             assert batch[-1].output["stdout"].split() == [f"p{i}:{k}" for k in range(4)]
             client.end_trajectory(f"p{i}")
         deadline = time.monotonic() + 10
-        node_root = Path(settings.sandbox_root) / "env-a"
+        node_root = Path(settings.sandbox.root) / "env-a"
         while time.monotonic() < deadline and any(node_root.glob("*/*")):
             time.sleep(0.1)
         again = client.submit(code_action("p0", "import os\nprint(os.path.exists('log.txt'))"))
         assert again.result(30).output["stdout"] == "False\n", "end_trajectory removed the env"
         client.end_trajectory("p0")
+
+
+def test_a_confirmed_end_gives_the_next_action_a_fresh_environment(
+        settings: Settings, cpu_workers: CpuWorkers) -> None:
+    cpu_workers({"end-a": 2})
+    probe = "import os\nprint(os.path.exists('mark.txt'))\nopen('mark.txt', 'w').write('x')"
+    with TangramClient(settings) as client:
+        seen = []
+        for _ in range(5):
+            seen.append(client.submit(code_action("again", probe)).result(30).output["stdout"])
+            assert client.end_trajectory("again", wait_s=30)
+        assert seen == ["False\n"] * 5, "each action after a confirmed end starts afresh"
+        assert client.end_trajectory("never-placed", wait_s=30), "nothing to end is confirmed"
 
 
 def test_elastic_test_run_gets_pytest_n(settings: Settings, cpu_workers: CpuWorkers) -> None:

@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_grpo_step_example_runs(settings: Settings, cpu_workers: CpuWorkers) -> None:
     cpu_workers({"ex-a": 2})
-    env = {**os.environ, "TANGRAM_REDIS_URL": settings.redis_url,
-           "TANGRAM_NODE_TTL_S": str(settings.node_ttl_s)}
+    env = {**os.environ, "TANGRAM_REDIS_URL": settings.broker.redis_url,
+           "TANGRAM_NODE_TTL_S": str(settings.node.ttl_s)}
     done = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "grpo_step.py"), "--prompts", "2", "--group",
          "2", "--turns", "2"], env=env, capture_output=True, text=True, timeout=240)

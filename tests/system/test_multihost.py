@@ -120,14 +120,17 @@ def start_pools(cluster: Cluster) -> str:
                                "--gpus", "2"], "gpu-pool.log")
     name = worker_name(POOL, pool.pid)
     with on_host(cluster.hosts["a"]):
-        wait_for_nodes(registry(cluster.settings), list(NODES.values()), timeout=60)
+        nodes = registry(cluster.settings)
+        wait_for_nodes(nodes, list(NODES.values()), timeout=60)
         wait_for_worker(make_app(cluster.settings), name, pool, timeout=120)
+        isolation = {n.name: n.isolation for n in nodes.nodes()}
+    assert all(isolation[n].startswith("enforced: cgroup") for n in NODES.values()), isolation
     return name
 
 
 def registry(settings: Settings) -> Registry:
-    return Registry(redis.Redis.from_url(settings.redis_url), settings.node_ttl_s,
-                    settings.trajectory_ttl_s)
+    return Registry(redis.Redis.from_url(settings.broker.redis_url), settings.node.ttl_s,
+                    settings.actions.trajectory_ttl_s)
 
 
 def wait_until(condition: object, timeout: float) -> None:
@@ -202,7 +205,7 @@ def run_batch_on_every_host(cluster: Cluster, client: TangramClient, raw: redis.
     assert {views[n].reserved_mb for n in NODES.values()} == {3 * 256}
     assert {r.node for r in results if r.kind == "reward"} == {gpu_node}
     assert all(r.output["reward"] == 1.0 for r in results if r.kind == "reward")
-    root = cluster.settings.sandbox_root
+    root = cluster.settings.sandbox.root
     seen = {h: sandbox_dirs(cluster.procs[f"{n}.log"], root) for h, n in NODES.items()}
     for host, node in NODES.items():
         mine = {f"{node}/{workdir_name(t)}" for t, nodes in placed.items() if nodes == {node}}
@@ -223,7 +226,7 @@ def cut_c_mid_run(cluster: Cluster, client: TangramClient
     handles = client.submit_many(actions)
     on_c = [h for h in handles if h.queue == keys.cpu_queue(NODES["c"])]
     assert on_c, "no trajectory went to C"
-    raw = redis.Redis.from_url(cluster.settings.redis_url)
+    raw = redis.Redis.from_url(cluster.settings.broker.redis_url)
     wait_until(lambda: raw.get(keys.action_result(on_c[0].id)) is not None, 120)
     cluster.hosts["c"].cut()
     cut_at = time.monotonic()
@@ -237,7 +240,7 @@ def test_four_hosts_with_one_lost_mid_run(tmp_path: Path) -> None:
     with four_hosts(tmp_path) as cluster:
         gpu_node = start_pools(cluster)
         with on_host(cluster.hosts["a"]), TangramClient(cluster.settings) as client:
-            raw = redis.Redis.from_url(cluster.settings.redis_url)
+            raw = redis.Redis.from_url(cluster.settings.broker.redis_url)
             first = run_batch_on_every_host(cluster, client, raw, gpu_node)
             second, timing = cut_c_mid_run(cluster, client)
             lost = [r for r in second if r.status == "node_lost"]

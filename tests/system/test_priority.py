@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from tangram_bench.ratelimited import RateLimitedService, ServiceLimits
 from tangram_celery import keys
 from tangram_celery.action import ActionLimits, parse_action
-from tangram_celery.bench.ratelimited import RateLimitedService, ServiceLimits
 from tangram_celery.client import TangramClient
 from tangram_celery.client.routing import queue_for
 from tangram_celery.pools.api_pool import api_action, spawn_api_worker, wait_for_worker, worker_name
@@ -92,7 +92,7 @@ def lane(redis_url: str) -> Iterator[Lane]:
             tempfile.TemporaryDirectory(prefix="tangram-lane-") as logs:
         declared = f"lane=url:{service.url},concurrency:4"
         live = Settings.from_env({}, redis_url=redis_url, api_limits=declared)
-        env = {"TANGRAM_REDIS_URL": live.redis_url, "TANGRAM_API_LIMITS": declared}
+        env = {"TANGRAM_REDIS_URL": live.broker.redis_url, "TANGRAM_API_LIMITS": declared}
         processes = [spawn_api_worker(env, "lane", concurrency=1,
                                       log_path=Path(logs) / f"lane-{k}.log") for k in range(2)]
         app = make_app(live)

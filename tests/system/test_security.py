@@ -11,19 +11,18 @@ import secrets
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
+from flower_checks import finished_in_flower, flower_json, watching_events
 
 from tangram_celery import keys
 from tangram_celery.client import TangramClient, command_action
 from tangram_celery.errors import BrokerAuthFailed
-from tangram_celery.observe.flower import FlowerHandle, flower_process
+from tangram_celery.observe.flower import flower_process
 from tangram_celery.pools.launch import spawn_cpu_worker, wait_for_nodes
 from tangram_celery.pools.registry import Registry
 from tangram_celery.processes import free_port, stop_process
@@ -149,24 +148,6 @@ def test_workers_and_client_over_tls(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- no secret leaks
 
 
-def flower_json(flower: FlowerHandle, path: str) -> Any:
-    request = urllib.request.Request(flower.url + path,
-                                     headers={"Authorization": flower.authorization()})
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return json.loads(response.read())
-
-
-def flower_tasks(flower: FlowerHandle, ids: list[str], timeout: float = 30.0) -> Any:
-    """Flower's task records once every one of ``ids`` succeeded there."""
-    deadline = time.monotonic() + timeout
-    while True:
-        tasks = flower_json(flower, "/api/tasks")
-        if all(tasks.get(i, {}).get("state") == "SUCCESS" for i in ids):
-            return tasks
-        assert time.monotonic() < deadline, "Flower did not see the batch finish"
-        time.sleep(0.2)
-
-
 def test_the_redis_password_reaches_no_argument_log_sandbox_result_or_dead_letter(
     tmp_path: Path,
 ) -> None:
@@ -175,6 +156,7 @@ def test_the_redis_password_reaches_no_argument_log_sandbox_result_or_dead_lette
             cpu_cluster(server.url, {"sec-a": 2}, tmp_path) as settings, \
             flower_process(settings, log_path=tmp_path / "flower.log") as flower, \
             TangramClient(settings) as client:
+        watching_events(flower, client, "sec-probe")
         actions = [command_action(f"sec-{k % 3}", LEAK_CMD if k % 2 else f"echo {k}")
                    for k in range(12)]
         results = client.run_batch(actions, timeout=120)
@@ -187,7 +169,7 @@ def test_the_redis_password_reaches_no_argument_log_sandbox_result_or_dead_lette
             assert time.monotonic() < deadline, "the pickled message was not dead-lettered"
             time.sleep(0.1)
         seen = {
-            "flower tasks": json.dumps(flower_tasks(flower, [a.id for a in actions])),
+            "flower tasks": json.dumps(finished_in_flower(flower, [a.id for a in actions])),
             "flower workers": json.dumps(flower_json(flower, "/api/workers")),
             "results": json.dumps([r.to_json() for r in results]),
             "stored results": " ".join(

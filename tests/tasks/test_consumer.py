@@ -18,7 +18,7 @@ def test_worker_consumer_logs_an_ack_over_a_connection_a_restart_broke(
     kombu has dropped (and with it the channel's pool): kombu raises AttributeError there, which
     ended the worker (seen in the broker-restart chaos test). Tangram's consumer counts it as a
     connection error, so Celery's ack logs it instead."""
-    with Connection(settings.redis_url) as connection:
+    with Connection(settings.broker.redis_url) as connection:
         errors = consumer_connection_errors(connection.connection_errors)
         queue = connection.SimpleQueue("tangram.test.stale-channel")
         queue.put({"n": 1})

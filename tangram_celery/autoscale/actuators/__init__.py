@@ -20,29 +20,18 @@ from __future__ import annotations
 
 from tangram_celery.autoscale.actuators.autoscaler import ActAwareAutoscaler, worker_target
 from tangram_celery.autoscale.actuators.docker import ContainerTemplate, DockerActuator
-from tangram_celery.autoscale.actuators.interface import CPU_POOL, Actuator
+from tangram_celery.autoscale.actuators.interface import Actuator
 from tangram_celery.autoscale.actuators.kubernetes import KubernetesActuator, Workload
 from tangram_celery.autoscale.actuators.local import LocalProcessActuator
-from tangram_celery.autoscale.actuators.members import (
-    RESTART_BACKOFF_S,
-    HeldClock,
-    Member,
-    MemberActuator,
-    NodeDrain,
-)
+from tangram_celery.autoscale.actuators.members import NodeDrain
 
 __all__ = [
-    "CPU_POOL",
-    "RESTART_BACKOFF_S",
     "ActAwareAutoscaler",
     "Actuator",
     "ContainerTemplate",
     "DockerActuator",
-    "HeldClock",
     "KubernetesActuator",
     "LocalProcessActuator",
-    "Member",
-    "MemberActuator",
     "NodeDrain",
     "Workload",
     "worker_target",

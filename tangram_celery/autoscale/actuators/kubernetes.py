@@ -11,7 +11,7 @@ from typing import Any
 
 from tangram_celery.autoscale.actuators.members import NodeDrain
 from tangram_celery.errors import ConfigError, ServiceError
-from tangram_celery.settings import Settings
+from tangram_celery.settings import AutoscaleSettings
 
 log = logging.getLogger(__name__)
 
@@ -26,11 +26,11 @@ class Workload:
     namespace: str = "default"
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Workload:
+    def from_settings(cls, autoscale: AutoscaleSettings) -> Workload:
         """The CPU node workload: ``TANGRAM_KUBERNETES_CPU_WORKLOAD`` (``kind/name``) in
         ``TANGRAM_KUBERNETES_NAMESPACE``."""
-        kind, _, name = settings.kubernetes_cpu_workload.partition("/")
-        return cls(kind, name, settings.kubernetes_namespace)
+        kind, _, name = autoscale.kubernetes_cpu_workload.partition("/")
+        return cls(kind, name, autoscale.kubernetes_namespace)
 
 
 def cluster_apps_api() -> Any:

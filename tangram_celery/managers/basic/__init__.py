@@ -18,7 +18,7 @@ draws from the same budget:
   ``TANGRAM_API_BYPASS_S`` (default 60 s), so a call is overtaken only by calls that arrived at
   most that long after it, and nobody waits forever; ``0`` is plain FCFS by arrival, the paper's
   order. The price is a longer tail, and a step shorter than a few bounds can end later (its
-  youngest trajectories start late); ``python -m tangram_celery.bench.api`` measures both orders.
+  youngest trajectories start late); ``python -m tangram_bench.api`` measures both orders.
   Tickets expire like leases when their worker stops renewing them.
 
 An action whose cost names several APIs starts only when it is at the head of every one of them
@@ -38,11 +38,8 @@ them), :mod:`~tangram_celery.managers.basic.policy` (the decision),
 
 from __future__ import annotations
 
-from tangram_celery.managers.basic.gate import ERROR_PAUSE_S, MAX_PAUSE_S, POLL_S, ApiGate
+from tangram_celery.managers.basic.gate import ApiGate
 from tangram_celery.managers.basic.limits import (
-    DEFAULT_LEASE_S,
-    FIELDS,
-    SETTING,
     ApiSpec,
     Need,
     Quota,
@@ -50,48 +47,14 @@ from tangram_celery.managers.basic.limits import (
     parse_api_limits,
     parse_duration,
 )
-from tangram_celery.managers.basic.policy import (
-    GRANTED,
-    LEASES,
-    LOST,
-    ORDER,
-    TOKENS,
-    ApiState,
-    Decision,
-    decide,
-    pause_for,
-    refill,
-)
-from tangram_celery.managers.basic.store import (
-    ACQUIRE_SCRIPT,
-    REGISTER_SCRIPT,
-    RENEW_SCRIPT,
-    TRAJECTORY_IDLE_S,
-    Grant,
-    QuotaStore,
-)
+from tangram_celery.managers.basic.policy import ApiState, Decision, decide, pause_for, refill
+from tangram_celery.managers.basic.store import QuotaStore
 
 __all__ = [
-    "ACQUIRE_SCRIPT",
-    "DEFAULT_LEASE_S",
-    "ERROR_PAUSE_S",
-    "FIELDS",
-    "GRANTED",
-    "LEASES",
-    "LOST",
-    "MAX_PAUSE_S",
-    "ORDER",
-    "POLL_S",
-    "REGISTER_SCRIPT",
-    "RENEW_SCRIPT",
-    "SETTING",
-    "TOKENS",
-    "TRAJECTORY_IDLE_S",
     "ApiGate",
     "ApiSpec",
     "ApiState",
     "Decision",
-    "Grant",
     "Need",
     "Quota",
     "QuotaStore",

@@ -27,7 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from tangram_celery.action import API_PATTERN, Action
+from tangram_celery.action import Action
+from tangram_celery.action.model import API_PATTERN
 from tangram_celery.errors import ConfigError, ValidationError
 
 SETTING = "TANGRAM_API_LIMITS"

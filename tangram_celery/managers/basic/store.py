@@ -1,7 +1,10 @@
 """The basic manager's Redis edge: the Lua scripts and the store that runs them.
 
 :class:`QuotaStore` keeps the tickets, token buckets and leases of every API in Redis; its acquire
-script implements :func:`~tangram_celery.managers.basic.policy.decide` atomically.
+script implements :func:`~tangram_celery.managers.basic.policy.decide` atomically. A grant is on a
+replica before the call it allows is made, when Redis has one
+(:func:`~tangram_celery.connection.durable`); the register and renew scripts are idempotent and
+retried across a failover, the acquire script is sent once.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 import redis
 
 from tangram_celery import keys
+from tangram_celery.connection import durable, idempotent
 from tangram_celery.errors import ConfigError
 from tangram_celery.managers.basic.limits import ApiSpec, Need
 from tangram_celery.managers.basic.policy import ApiState, Decision
@@ -31,7 +35,7 @@ local function clock(raw)
 end
 """
 
-REGISTER_SCRIPT = _CLOCK + """
+REGISTER_SCRIPT = idempotent(_CLOCK + """
 -- KEYS: the trajectory's first-seen time, then (tickets, deadlines) per API
 -- ARGV: now, ticket, bypass_s, first-seen ttl, then ttl per API
 -- The score is scheduling.ordering.trajectory_order_key(first seen, now, bypass_s).
@@ -45,7 +49,7 @@ for i = 0, (#KEYS - 1) / 2 - 1 do
   redis.call('ZADD', KEYS[3 + 2 * i], now + tonumber(ARGV[5 + i]), ARGV[2])
 end
 return score
-"""
+""")
 
 ACQUIRE_SCRIPT = _CLOCK + """
 -- KEYS: (bucket, leases, tickets, deadlines) per API
@@ -112,21 +116,27 @@ end
 return {1, '', '', '0'}
 """
 
-RENEW_SCRIPT = _CLOCK + """
+RENEW_SCRIPT = idempotent(_CLOCK + """
 -- KEYS: sorted sets scored by expiry; ARGV: now, ttl, then one member list per key as
--- 'count, m1, m2, ...'. Only members still present are renewed (ZADD XX).
+-- 'mode, count, m1, m2, ...'. Mode 'XX' renews only members still present (waiting tickets);
+-- 'ADD' writes them again (held leases: their holder knows they are held, even when a
+-- failover lost them).
 local now = clock(ARGV[1])
 local ttl = tonumber(ARGV[2])
 local pos = 3
 for k = 1, #KEYS do
-  local count = tonumber(ARGV[pos])
+  local mode, count = ARGV[pos], tonumber(ARGV[pos + 1])
   for j = 1, count do
-    redis.call('ZADD', KEYS[k], 'XX', now + ttl, ARGV[pos + j])
+    if mode == 'XX' then
+      redis.call('ZADD', KEYS[k], 'XX', now + ttl, ARGV[pos + 1 + j])
+    else
+      redis.call('ZADD', KEYS[k], now + ttl, ARGV[pos + 1 + j])
+    end
   end
-  pos = pos + count + 1
+  pos = pos + count + 2
 end
 return 1
-"""
+""")
 
 
 @dataclass(frozen=True)
@@ -187,14 +197,17 @@ class QuotaStore:
                 -1 if spec.concurrency is None else spec.concurrency,
                 repr(spec.lease_s),
             ]
-        granted, reason, where, wait = self._acquire(keys=key_list, args=args)
+        [(granted, reason, where, wait)] = durable(self._redis, "quota", lambda pipe: (
+            self._acquire(keys=key_list, args=args, client=pipe)))
         api = needs[int(where)].api if _text(where) else ""
         return Decision(bool(int(granted)), _text(reason), api, float(_text(wait)))
 
     def renew(self, waiting: Iterable[tuple[str, Sequence[Need]]],
               held: Iterable[Grant], now: float | None = None) -> None:
-        """Push back the expiry of waiting tickets and held leases (those still present)."""
+        """Push back the expiry of waiting tickets (those still present) and held leases
+        (written again if a failover lost them)."""
         members: dict[tuple[str, float], list[str]] = {}
+        leases: set[str] = set()
         for ticket, needs in waiting:
             for need in needs:
                 ttl = self.specs[need.api].lease_s
@@ -204,6 +217,7 @@ class QuotaStore:
                 if self.specs[need.api].concurrency is None:
                     continue
                 ttl = self.specs[need.api].lease_s
+                leases.add(keys.api_leases(need.api))
                 members.setdefault((keys.api_leases(need.api), ttl), []).extend(
                     _lease_members(grant.ticket, need.amount))
         by_ttl: dict[float, list[tuple[str, list[str]]]] = {}
@@ -211,8 +225,8 @@ class QuotaStore:
             by_ttl.setdefault(ttl, []).append((key, names))
         for ttl, groups in by_ttl.items():
             args: list[Any] = [_now_arg(now), repr(ttl)]
-            for _, names in groups:
-                args += [len(names), *names]
+            for key, names in groups:
+                args += ["ADD" if key in leases else "XX", len(names), *names]
             self._renew(keys=[key for key, _ in groups], args=args)
 
     def release(self, grant: Grant) -> None:

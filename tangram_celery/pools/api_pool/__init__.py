@@ -21,47 +21,24 @@ payload is followed (no SSRF). Run one worker per API::
 
 from __future__ import annotations
 
-from tangram_celery.pools.api_pool.calls import (
-    CALL_FIELDS,
-    FORBIDDEN_HEADERS,
-    MAX_CALLS,
-    MAX_HEADERS,
-    METHODS,
-    ApiCall,
-    api_action,
-    call_url,
-    parse_calls,
-)
+from tangram_celery.pools.api_pool.calls import ApiCall, api_action, call_url, parse_calls
 from tangram_celery.pools.api_pool.runtime import ApiPool
-from tangram_celery.pools.api_pool.transport import HttpReply, http_call, reply_output
+from tangram_celery.pools.api_pool.transport import http_call
 from tangram_celery.pools.api_pool.worker import (
-    build_api_pool,
     default_window,
-    main,
-    run_api_worker,
     spawn_api_worker,
     wait_for_worker,
     worker_name,
 )
 
 __all__ = [
-    "CALL_FIELDS",
-    "FORBIDDEN_HEADERS",
-    "MAX_CALLS",
-    "MAX_HEADERS",
-    "METHODS",
     "ApiCall",
     "ApiPool",
-    "HttpReply",
     "api_action",
-    "build_api_pool",
     "call_url",
     "default_window",
     "http_call",
-    "main",
     "parse_calls",
-    "reply_output",
-    "run_api_worker",
     "spawn_api_worker",
     "wait_for_worker",
     "worker_name",

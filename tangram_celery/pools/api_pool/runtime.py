@@ -81,7 +81,7 @@ class ApiPool:
 
     def _call_all(self, action: Action, calls: Sequence[ApiCall], result: ActionResult) -> None:
         timings = result.timings
-        deadline = time.monotonic() + (action.timeout_s or self.settings.default_timeout_s)
+        deadline = time.monotonic() + (action.timeout_s or self.settings.actions.default_timeout_s)
         responses: list[dict[str, Any]] = []
         timings.exec_started = time.time()
         start = time.perf_counter()
@@ -92,7 +92,7 @@ class ApiPool:
                 if left <= 0:
                     raise TimeoutError("no time left for this call")
                 reply = http_call(call_url(self.specs[call.api], call), call.method, call.body,
-                                  call.headers, left, self.settings.output_cap_bytes)
+                                  call.headers, left, self.settings.sandbox.output_cap_bytes)
             except TimeoutError as exc:
                 result.status, result.error = "timeout", f"{call.api} {call.path}: {exc}"
                 break

@@ -13,11 +13,12 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import redis
 from celery import Celery
 
 from tangram_celery import keys
-from tangram_celery.errors import ServiceError, TangramError
+from tangram_celery.command_line import run_with_settings
+from tangram_celery.connection import connect
+from tangram_celery.errors import ServiceError
 from tangram_celery.managers.basic import ApiGate, ApiSpec, QuotaStore, parse_api_limits
 from tangram_celery.pools.api_pool.runtime import ApiPool
 from tangram_celery.pools.serving import serve
@@ -43,8 +44,9 @@ def worker_name(api: str, pid: int | None = None, host: str | None = None) -> st
 
 def build_api_pool(settings: Settings, api: str) -> ApiPool:
     """An API pool runtime for ``api`` over the settings' Redis."""
-    specs = parse_api_limits(settings.api_limits)
-    store = QuotaStore(redis.Redis.from_url(settings.redis_url), specs, settings.api_bypass_s)
+    specs = parse_api_limits(settings.api.limits)
+    client = connect(settings.broker)
+    store = QuotaStore(client, specs, settings.api.bypass_s)
     return ApiPool(settings, api, ApiGate(store), worker_name(api))
 
 
@@ -52,7 +54,7 @@ def run_api_worker(settings: Settings, api: str, concurrency: int | None = None,
                    loglevel: str = "INFO") -> None:
     """Run an API pool worker for ``api`` in this process until it is told to stop."""
     pool = build_api_pool(settings, api)
-    window = concurrency or settings.admission_window or default_window(pool.spec)
+    window = concurrency or settings.node.admission_window or default_window(pool.spec)
     serve(settings, pool, keys.api_queue(api), f"api-{api}-{os.getpid()}@%h", window, loglevel,
           f"API pool {api} ready: window {window}, limits {pool.spec}")
 
@@ -92,11 +94,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=None,
                         help="messages held at once (default: 2x the API's concurrency, min +4)")
     parser.add_argument("--loglevel", default="INFO")
-    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
-    try:
-        run_api_worker(Settings.from_env(), args.api, args.concurrency, args.loglevel)
-    except TangramError as exc:
-        print(f"tangram: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return run_with_settings(parser, lambda settings, args: run_api_worker(
+        settings, args.api, args.concurrency, args.loglevel), argv)

@@ -50,86 +50,23 @@ tritonserver. Run a worker with ``python -m tangram_celery.pools.gpu_pool --pool
 
 from __future__ import annotations
 
-from tangram_celery.pools.gpu_pool.backend import (
-    DEFAULT_TRITON_RETRY_S,
-    RESERVED_OUTPUTS,
-    RESTORE_SMOOTHING,
-    RETRY_FIRST_S,
-    RETRY_MAX_S,
-    RewardBackend,
-    check_outputs,
-    gave_up,
-    residency_view,
-    retry_delays,
-    smoothed,
-)
-from tangram_celery.pools.gpu_pool.batching import (
-    DEFAULT_MAX_BATCH,
-    Batch,
-    Waiter,
-    gate_joiners,
-    join_target,
-)
-from tangram_celery.pools.gpu_pool.inventory import POOL_PATTERN, check_pool_name, inventory_fields
-from tangram_celery.pools.gpu_pool.payload import PAYLOAD_FIELDS, reward_action, reward_inputs
-from tangram_celery.pools.gpu_pool.policy import (
-    DEFAULT_NODE_SIZE,
-    Prefer,
-    best_fit_chunks,
-    check_node_size,
-    gpu_counts,
-    steer_grants,
-    steered_policy,
-)
+from tangram_celery.pools.gpu_pool.backend import gave_up, retry_delays
+from tangram_celery.pools.gpu_pool.batching import Batch, gate_joiners, join_target
+from tangram_celery.pools.gpu_pool.payload import reward_action
+from tangram_celery.pools.gpu_pool.policy import best_fit_chunks, gpu_counts, steer_grants
 from tangram_celery.pools.gpu_pool.runtime import GpuPoolRuntime
-from tangram_celery.pools.gpu_pool.worker import (
-    add_worker_arguments,
-    build_gpu_pool,
-    main,
-    model_repository,
-    parse_gpu_ids,
-    run_from_args,
-    run_gpu_worker,
-    worker_name,
-)
+from tangram_celery.pools.gpu_pool.worker import worker_name
 
 __all__ = [
-    "DEFAULT_MAX_BATCH",
-    "DEFAULT_NODE_SIZE",
-    "DEFAULT_TRITON_RETRY_S",
-    "PAYLOAD_FIELDS",
-    "POOL_PATTERN",
-    "RESERVED_OUTPUTS",
-    "RESTORE_SMOOTHING",
-    "RETRY_FIRST_S",
-    "RETRY_MAX_S",
     "Batch",
     "GpuPoolRuntime",
-    "Prefer",
-    "RewardBackend",
-    "Waiter",
-    "add_worker_arguments",
     "best_fit_chunks",
-    "build_gpu_pool",
-    "check_node_size",
-    "check_outputs",
-    "check_pool_name",
     "gate_joiners",
     "gave_up",
     "gpu_counts",
-    "inventory_fields",
     "join_target",
-    "main",
-    "model_repository",
-    "parse_gpu_ids",
-    "residency_view",
     "retry_delays",
     "reward_action",
-    "reward_inputs",
-    "run_from_args",
-    "run_gpu_worker",
-    "smoothed",
     "steer_grants",
-    "steered_policy",
     "worker_name",
 ]

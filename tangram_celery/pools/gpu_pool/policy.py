@@ -98,11 +98,11 @@ def gate_policy(
 ) -> Policy:
     """The gate's decision: the service-aware scheduler (``TANGRAM_SCHEDULER=robust``),
     else the paper's allocator steered onto the chunks the GPU manager prefers."""
-    if settings.scheduler == "robust":
-        config = ReplicaConfig(default_restore_s=settings.gpu_restore_s)
+    if settings.node.scheduler == "robust":
+        config = ReplicaConfig(default_restore_s=settings.gpu.restore_s)
         return replica_policy(pool, gpu_pool_factory(pool, node_size, residency), config)
     decision = elastic_policy(pool, gpu_pool_factory(pool, node_size),
-                              SchedulerConfig(depth=settings.scheduler_depth))
+                              SchedulerConfig(depth=settings.node.scheduler_depth))
     return steered_policy(decision, node_size, prefer)
 
 

@@ -6,6 +6,7 @@ What it does with each reward action is described in :mod:`tangram_celery.pools.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
 import time
@@ -17,10 +18,18 @@ import redis
 
 from tangram_celery import keys
 from tangram_celery.action import Action, ActionResult, Timings, parse_action
-from tangram_celery.errors import ConfigError, TangramError, TritonUnavailable, ValidationError
+from tangram_celery.connection import DURABILITY
+from tangram_celery.errors import (
+    AlreadyAnswered,
+    ConfigError,
+    TangramError,
+    TritonUnavailable,
+    ValidationError,
+)
 from tangram_celery.managers.gpu import Chunk
 from tangram_celery.pools.admission import Admission, Request
 from tangram_celery.pools.conversion import action_limits, request_for, signature_of
+from tangram_celery.pools.fence import Fence
 from tangram_celery.pools.gpu_pool.backend import (
     DEFAULT_TRITON_RETRY_S,
     RewardBackend,
@@ -49,6 +58,7 @@ from tangram_celery.pools.serving import Heartbeat, rejected_result
 from tangram_celery.scheduling import DurationModel
 from tangram_celery.settings import Settings
 from tangram_celery.tasks.clock import broker_time
+from tangram_celery.tasks.ledger import Ledger
 
 if TYPE_CHECKING:
     from tangram_celery.reward.executor import RewardOutcome
@@ -112,8 +122,10 @@ class GpuPoolRuntime:
         self._waiting_models: dict[str, tuple[str, Sequence[int]]] = {}
         self._handed: set[str] = set()
         self._redis = client
-        self._heartbeat = Heartbeat(f"tangram-gpu-pool-{pool}", settings.node_heartbeat_s,
-                                    self.publish)
+        self._heartbeat = Heartbeat(f"tangram-gpu-pool-{pool}", settings.node.heartbeat_s,
+                                    self._beat)
+        self.fence = Fence(f"GPU pool {pool}", settings.node.ttl_s, None if client is None
+                           else Ledger(client, settings.broker.result_ttl_s).stored)
         check_outputs(executor)
         self._restore_s: dict[tuple[str, int], float] = {}
         self.admission = Admission(range(len(self.gpu_ids)), gate_policy(
@@ -124,7 +136,7 @@ class GpuPoolRuntime:
         scheduler names them), every model's memory per GPU at each chunk size it allows,
         and its restore times as measured (unmeasured: ``TANGRAM_GPU_RESTORE_S``)."""
         return residency_view(self.executor, self._unit_of, self.node_size,
-                              dict(self._restore_s), self.settings.gpu_memory_mb)
+                              dict(self._restore_s), self.settings.gpu.memory_mb)
 
     def start(self) -> None:
         """Publish the pool, start its heartbeat, say whether Triton answers (a worker without
@@ -134,16 +146,18 @@ class GpuPoolRuntime:
                 self.publish()
             except redis.RedisError:
                 log.warning("could not publish GPU pool %s", self.pool, exc_info=True)
+            self.fence.start()
             self._heartbeat.start()
         if self.executor.ready():
             log.info("GPU pool %s: Triton is ready", self.pool)
         else:
             log.warning("GPU pool %s: Triton at %s does not answer yet; reward actions get an "
-                        "error result until it does", self.pool, self.settings.triton_url)
+                        "error result until it does", self.pool, self.settings.triton.url)
 
     def stop(self) -> None:
         """Withdraw the pool's inventory, unload its idle services, close the Triton clients."""
         self._heartbeat.stop()
+        self.fence.stop()
         with contextlib.suppress(redis.RedisError):
             self.withdraw()
         unloaded = self.executor.close(unload=True)
@@ -157,10 +171,16 @@ class GpuPoolRuntime:
             len(self.gpu_ids), self.admission.free_count(), self.name, self.executor.models(),
             self.executor.residents(), broker_time(self._redis),
             (self.admission.policy_calls, self.admission.policy_s))
+        durable = DURABILITY.snapshot()
+        if durable:
+            fields["durable"] = json.dumps(durable)
         pipe = self._redis.pipeline()
         pipe.sadd(keys.GPU_POOLS, self.pool)
         pipe.hset(keys.gpu_pool(self.pool), mapping=fields)
         pipe.execute()
+
+    def _beat(self) -> None:
+        self.fence.beat(self.publish, self.publish)
 
     def withdraw(self) -> None:
         """Remove this pool's inventory if this worker is the one that published it last."""
@@ -199,7 +219,7 @@ class GpuPoolRuntime:
         with self._lock:
             request = request_for(action, arrived, self.durations, counts,
                                   key=action.signature or model)
-        if self.settings.scheduler == "fcfs-min":
+        if self.settings.node.scheduler == "fcfs-min":
             request = replace(request, options=request.options[:1])
         return replace(request, service=model)
 
@@ -209,14 +229,18 @@ class GpuPoolRuntime:
         timings = Timings(received=request.arrived)
         result = ActionResult(action.id, action.trajectory_id, action.kind, "error",
                               node=self.name, timings=timings)
+        mark = self.fence.mark()
         units, joined = self._admit(action.id, model, request)
         timings.admitted = time.time()
         timings.sched_s = self.admission.decision_s(action.id)
         result.units = self.gpus_of(units)
         try:
+            self.fence.enter(action.id, mark)
             outcome = self._serve(model, inputs, result.units)
         except ValidationError as exc:
             result.status, result.error = "rejected", str(exc)
+        except AlreadyAnswered:
+            raise
         except TangramError as exc:
             result.error = str(exc)
         else:
@@ -261,7 +285,7 @@ class GpuPoolRuntime:
         gpus = self.gpus_of(units)
         if any(r.model == model and r.chunk == gpus for r in self.executor.loaded()):
             return 0.0
-        return self._restore_s.get((model, len(units)), self.settings.gpu_restore_s)
+        return self._restore_s.get((model, len(units)), self.settings.gpu.restore_s)
 
     def _open_batch(self, owner: str, model: str, units: Chunk) -> Batch:
         """The batch of an action the gate granted ``units``, with the waiting actions of its
@@ -326,7 +350,7 @@ class GpuPoolRuntime:
             "evicted": list(outcome.evicted),
             "joined": joined,
             "gpu_wait_s": outcome.wait_s,
-            "simulated_gpus": self.settings.gpu_simulated,
+            "simulated_gpus": self.settings.gpu.simulated,
         }
         timings.exec_started, timings.exec_finished = outcome.started_at, outcome.finished_at
         timings.exec_s, timings.setup_s = outcome.exec_s, outcome.setup_s

@@ -6,14 +6,13 @@ import argparse
 import logging
 import os
 import socket
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import redis
-
 from tangram_celery import keys
-from tangram_celery.errors import ConfigError, TangramError
+from tangram_celery.command_line import run_with_settings
+from tangram_celery.connection import connect
+from tangram_celery.errors import ConfigError
 from tangram_celery.keys import DEFAULT_GPU_POOL
 from tangram_celery.pools.gpu_pool.backend import DEFAULT_TRITON_RETRY_S
 from tangram_celery.pools.gpu_pool.batching import DEFAULT_MAX_BATCH
@@ -21,13 +20,13 @@ from tangram_celery.pools.gpu_pool.inventory import check_pool_name
 from tangram_celery.pools.gpu_pool.policy import DEFAULT_NODE_SIZE
 from tangram_celery.pools.gpu_pool.runtime import GpuPoolRuntime
 from tangram_celery.pools.serving import admission_window, serve
-from tangram_celery.settings import Settings
+from tangram_celery.settings import Settings, TritonSettings
 
 
-def model_repository(settings: Settings) -> Path:
+def model_repository(triton: TritonSettings) -> Path:
     """``TANGRAM_TRITON_REPOSITORY``; a relative path that does not exist from here is taken
     relative to the source checkout (where ``triton_models/`` lives)."""
-    path = settings.triton_repository
+    path = triton.repository
     if path.is_absolute() or path.exists():
         return path
     from tangram_celery.reward.executor import default_repository
@@ -57,17 +56,18 @@ def build_gpu_pool(
     if len(ids) != gpus:
         raise ConfigError(f"--gpus {gpus} but {len(ids)} GPU ids were given: {list(ids)}")
     executor = RewardExecutor(
-        settings.triton_url,
-        model_repository(settings),
+        settings.triton.url,
+        model_repository(settings.triton),
         gpu_ids=ids,
-        gpu_memory_mb=settings.gpu_memory_mb,
-        simulate_gpus=settings.gpu_simulated,
-        protocol="grpc" if settings.triton_protocol == "grpc" else "http",
-        timeout_s=settings.max_timeout_s,
+        gpu_memory_mb=settings.gpu.memory_mb,
+        simulate_gpus=settings.gpu.simulated,
+        protocol="grpc" if settings.triton.protocol == "grpc" else "http",
+        timeout_s=settings.actions.max_timeout_s,
         namespace=check_pool_name(pool),
+        key=settings.triton.key,
     )
     return GpuPoolRuntime(settings, pool, executor, ids, node_size, name=worker_name(pool),
-                          client=redis.Redis.from_url(settings.redis_url),
+                          client=connect(settings.broker),
                           triton_retry_s=triton_retry_s, batching=batching,
                           max_batch=max_batch)
 
@@ -87,11 +87,11 @@ def run_gpu_worker(
     """Run a GPU pool worker on ``tangram.gpu.<pool>`` in this process until told to stop."""
     runtime = build_gpu_pool(settings, pool, gpus, node_size, gpu_ids, triton_retry_s,
                              batching, max_batch)
-    window = admission_window(settings, gpus, concurrency)
-    kind = "simulated" if settings.gpu_simulated else "real"
+    window = admission_window(settings.node, gpus, concurrency)
+    kind = "simulated" if settings.gpu.simulated else "real"
     serve(settings, runtime, keys.gpu_queue(pool), worker_name(pool), window, loglevel,
           f"GPU pool {pool} ready: {gpus} {kind} GPUs (nodes of {runtime.node_size}), "
-          f"window {window}, Triton {settings.triton_url} ({settings.triton_protocol}), "
+          f"window {window}, Triton {settings.triton.url} ({settings.triton.protocol}), "
           f"batching {f'up to {max_batch} joiners' if batching else 'off'}")
 
 
@@ -131,10 +131,10 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_from_args(settings: Settings, args: argparse.Namespace) -> None:
     """Run the worker that :func:`add_worker_arguments` options describe."""
-    retry = settings.triton_retry_s if args.triton_retry_s is None else args.triton_retry_s
+    retry = settings.triton.retry_s if args.triton_retry_s is None else args.triton_retry_s
     run_gpu_worker(settings, args.gpu_pool, args.gpus, args.node_size, args.concurrency,
                    args.loglevel, args.gpu_ids, retry, args.batching,
-                   settings.reward_max_batch if args.max_batch is None else args.max_batch)
+                   settings.gpu.reward_max_batch if args.max_batch is None else args.max_batch)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -142,11 +142,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tangram_celery.pools.gpu_pool",
                                      description="run a GPU reward pool worker")
     add_worker_arguments(parser)
-    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
-    try:
-        run_from_args(Settings.from_env(), args)
-    except TangramError as exc:
-        print(f"tangram: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return run_with_settings(parser, run_from_args, argv)

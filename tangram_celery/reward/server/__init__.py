@@ -15,37 +15,17 @@ Run it from a shell with ``python -m tangram_celery.reward.server --repository t
 
 from __future__ import annotations
 
-from tangram_celery.reward.server.command import add_arguments, main, run_from_args, run_server
 from tangram_celery.reward.server.distribution import (
-    INSTALL_HINT,
-    TritonDistribution,
     assemble_backends,
     find_distribution,
-    python_library_dir,
     server_env,
 )
-from tangram_celery.reward.server.process import (
-    LOAD_THREADS,
-    LOG_TAIL_CHARS,
-    ServerPorts,
-    TritonServer,
-    triton_ready,
-)
+from tangram_celery.reward.server.process import ServerPorts, TritonServer
 
 __all__ = [
-    "INSTALL_HINT",
-    "LOAD_THREADS",
-    "LOG_TAIL_CHARS",
     "ServerPorts",
-    "TritonDistribution",
     "TritonServer",
-    "add_arguments",
     "assemble_backends",
     "find_distribution",
-    "main",
-    "python_library_dir",
-    "run_from_args",
-    "run_server",
     "server_env",
-    "triton_ready",
 ]

@@ -7,7 +7,15 @@ How it runs:
   a shared-memory prefix of its own so several servers can share a machine;
   ``--disable-auto-complete-config`` (our configs are complete): a python-backend load then starts
   one stub process per instance instead of an extra one for auto-completion (~0.3 s, not ~1.5 s);
-* stdout and stderr go to a log file (CUDA/NVML/DCGM warnings there are harmless on CPU).
+* stdout and stderr go to a log file (CUDA/NVML/DCGM warnings there are harmless on CPU);
+* with a ``key`` (``TANGRAM_TRITON_KEY``) the control APIs (:data:`RESTRICTED_APIS`: the model
+  repository, which accepts uploaded model files, shared memory, trace and logging settings)
+  answer only requests carrying it in the ``tangram-triton-key`` header, over HTTP and gRPC;
+  inference, health and metadata stay open. Without a key the server listens on loopback only.
+  ``tritonserver`` reads the key from its command line alone (no file or environment
+  variable), so once the server answers, the key is blanked in its argument area
+  (:func:`~tangram_celery.credentials.hide_argument`): ``ps`` and ``/proc/PID/cmdline`` show
+  ``*`` from then on, though not during the second or so the server takes to start.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from tangram_celery.credentials import hide_argument, require_credential
 from tangram_celery.errors import ServiceError
 from tangram_celery.processes import free_ports
 from tangram_celery.reward.server.distribution import (
@@ -41,6 +50,13 @@ LOG_TAIL_CHARS = 3000
 LOAD_THREADS = 16
 """Concurrent model loads (Triton's default of 4 queues the restores of a GPU pool that loads
 services on several chunks at once: 8 one-instance loads took 4.7 s with 4, 2.4 s with 16)."""
+KEY_HEADER = "tangram-triton-key"
+"""The header carrying ``TANGRAM_TRITON_KEY`` on Triton's restricted (control) APIs."""
+GRPC_KEY_HEADER = f"triton-grpc-protocol-{KEY_HEADER}"
+"""The same over gRPC: Triton prefixes a restricted protocol's header name this way."""
+RESTRICTED_APIS = ("model-repository", "shared-memory", "trace", "logging")
+"""Triton's APIs that change the server (load uploaded model code, map memory, write trace
+and log files): behind the key when there is one."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +81,8 @@ class TritonServer:
     :meth:`start` and :meth:`stop`. ``python_prefix`` is the (virtual) environment whose packages
     the models import; it defaults to the running interpreter's. On stop the server drains for up
     to ``exit_timeout_s`` (in-flight requests, open client connections: close your clients).
+    ``key`` restricts the control APIs to clients that send it (see the module); a ``host``
+    off loopback is refused without one.
     """
 
     def __init__(
@@ -82,6 +100,7 @@ class TritonServer:
         stop_timeout_s: float = 30.0,
         exit_timeout_s: int = 10,
         extra_args: Sequence[str] = (),
+        key: str = "",
     ) -> None:
         self.model_repository = Path(model_repository).resolve()
         self.host = host
@@ -96,6 +115,8 @@ class TritonServer:
         self.stop_timeout_s = stop_timeout_s
         self.exit_timeout_s = exit_timeout_s
         self.extra_args = tuple(extra_args)
+        self.key = key
+        self.key_hidden = False
         self._process: subprocess.Popen[bytes] | None = None
         self._own_workdir: Path | None = None
 
@@ -146,6 +167,8 @@ class TritonServer:
         """
         if self.running():
             return self
+        require_credential(self.host, self.key, "tritonserver",
+                           "set TANGRAM_TRITON_KEY (its control APIs then need the key)")
         if not self.model_repository.is_dir():
             raise ServiceError(f"model repository {self.model_repository} is not a directory")
         dist = find_distribution()
@@ -156,6 +179,7 @@ class TritonServer:
             self._spawn(dist, backends)
             try:
                 self._wait_ready()
+                self.key_hidden = self.pid is not None and hide_argument(self.pid, self.key)
                 return self
             except ServiceError:
                 self._terminate()
@@ -200,6 +224,7 @@ class TritonServer:
             f"--exit-timeout-secs={self.exit_timeout_s}",
         ]
         cmd += [f"--load-model={name}" for name in self.models]
+        cmd += restriction_args(self.key)
         if not any(a.startswith("--model-load-thread-count") for a in self.extra_args):
             cmd.append(f"--model-load-thread-count={LOAD_THREADS}")
         return cmd + list(self.extra_args)
@@ -264,6 +289,15 @@ class TritonServer:
         for region in Path("/dev/shm").glob(f"{self.shm_prefix}*"):  # nosec B108 # unlinks only this server's own shm regions (unique prefix)
             with contextlib.suppress(OSError):
                 region.unlink()
+
+
+def restriction_args(key: str) -> list[str]:
+    """The arguments putting :data:`RESTRICTED_APIS` behind ``key`` (none without a key)."""
+    if not key:
+        return []
+    apis = ",".join(RESTRICTED_APIS)
+    return [f"--http-restricted-api={apis}:{KEY_HEADER}={key}",
+            f"--grpc-restricted-protocol={apis}:{KEY_HEADER}={key}"]
 
 
 def _http_ok(url: str) -> bool:

@@ -14,7 +14,6 @@ the trajectory runs, everything in the sandbox but the executor).
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import signal
@@ -23,7 +22,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from typing import IO, Any, TypeGuard, cast
+from typing import IO, Any, cast
 
 from tangram_celery.errors import SandboxError, SandboxLostError, SandboxSetupError
 from tangram_celery.sandbox.base import (
@@ -34,9 +33,18 @@ from tangram_celery.sandbox.base import (
     ExecSpec,
     SandboxLimits,
 )
+from tangram_celery.sandbox.bwrap.launch import action_rlimits
+from tangram_celery.sandbox.bwrap.placement import (
+    ChildGone,
+    held,
+    kill_rest,
+    killer,
+    moved,
+    place_child,
+)
 from tangram_celery.sandbox.bwrap.trajectory import Pin, Trajectory
-from tangram_celery.sandbox.bwrap.warm import LOST, WarmExecutor, child_pid, control_pair
-from tangram_celery.sandbox.cgroup import ActionCgroup, CgroupLimits, CgroupV1
+from tangram_celery.sandbox.bwrap.warm import LOST, WarmExecutor, control_pair
+from tangram_celery.sandbox.cgroups import ActionCgroup, CgroupLimits, Hierarchy
 from tangram_celery.sandbox.output import CappedBuffer, pump
 from tangram_celery.sandbox.validation import sandbox_env
 from tangram_celery.sandbox.workdir import dir_usage
@@ -84,12 +92,14 @@ class ActionRunner:
     def __init__(
         self,
         limits: SandboxLimits,
-        cgroups: CgroupV1 | None,
+        cgroups: Hierarchy | None,
         lock: threading.Lock,
         start_executor: Callable[[Trajectory], WarmExecutor],
+        memory_bytes: int,
     ) -> None:
         self.limits = limits
         self.cgroups = cgroups
+        self.memory_bytes = memory_bytes
         self._lock = lock
         self._start_executor = start_executor
 
@@ -143,18 +153,27 @@ class ActionRunner:
             return self._make_cgroup(spec, traj), False
         try:
             own.set_cpus(core_set(spec.cores))
+            own.set_memory(self.memory_for(spec))
             own.oom_base = own.oom_count()
         except OSError as exc:
             with self._lock:
                 traj.group_busy = False
-            raise SandboxSetupError(f"cannot pin the trajectory's cgroups to cores "
-                                    f"{list(spec.cores)}: {exc}") from exc
+            raise SandboxSetupError(f"cannot set the trajectory's cgroups to cores "
+                                    f"{list(spec.cores)} and {self.memory_for(spec)} bytes of "
+                                    f"memory: {exc}") from exc
         return own, True
+
+    def memory_for(self, spec: ExecSpec) -> int:
+        """The cgroup memory limit of ``spec``'s action: the sandbox's, moved by the action's
+        own ``memory_mb`` when it asks for one."""
+        if spec.memory_mb is None:
+            return self.memory_bytes
+        return self.memory_bytes + (spec.memory_mb - self.limits.memory_mb) * MB
 
     def _make_cgroup(self, spec: ExecSpec, traj: Trajectory) -> ActionCgroup | None:
         if self.cgroups is None:
             return None
-        limits = CgroupLimits(self.limits.memory_mb * MB, self.limits.pids, spec.cores)
+        limits = CgroupLimits(self.memory_for(spec), self.limits.pids, spec.cores)
         try:
             return self.cgroups.create(limits, traj.uid, traj.uid)
         except OSError as exc:
@@ -168,7 +187,7 @@ class ActionRunner:
         for attempt in range(1, LAUNCH_TRIES + 1):
             try:
                 return self._attempt(spec, traj, executor, group, t0)
-            except (_ChildGone, _NotStarted) as failed:
+            except (ChildGone, _NotStarted) as failed:
                 if attempt == LAUNCH_TRIES:
                     raise SandboxSetupError(f"trajectory {traj.trajectory_id!r}: {failed} "
                                             f"({attempt} tries)") from failed
@@ -179,8 +198,9 @@ class ActionRunner:
 
     def _attempt(self, spec: ExecSpec, traj: Trajectory, executor: WarmExecutor,
                  group: ActionCgroup | None, t0: float) -> ExecOutcome:
-        stdout = CappedBuffer(self.limits.output_cap_bytes)
-        stderr = CappedBuffer(self.limits.output_cap_bytes)
+        cap = self.limits.output_cap_bytes if spec.output_cap_bytes is None \
+            else spec.output_cap_bytes
+        stdout, stderr = CappedBuffer(cap), CappedBuffer(cap)
         stdin_data = spec.stdin.encode("utf-8", "surrogateescape") if spec.stdin else None
         started_at = time.time()
         deadline = time.monotonic() + spec.timeout_s
@@ -227,7 +247,7 @@ class ActionRunner:
         is held from its fork to its move, and by whatever kills the leftovers in the
         trajectory's groups, so that kill never takes a child not yet moved.
         """
-        with place_lock if _moved(group) else contextlib.nullcontext():
+        with place_lock if moved(group) else contextlib.nullcontext():
             return self._launch_child(spec, executor, group, stdin_wanted, deadline, place_lock)
 
     def _launch_child(self, spec: ExecSpec, executor: WarmExecutor, group: ActionCgroup | None,
@@ -243,15 +263,17 @@ class ActionRunner:
         try:
             action = executor.submit(self._request(spec, group),
                                      [in_r, out_w, err_w, child_end.fileno()],
-                                     on_exit=_killer(group, place_lock))
+                                     on_exit=None if spec.keep_processes
+                                     else killer(group, place_lock))
         finally:
             for fd in (in_r, out_w, err_w):
                 os.close(fd)
             child_end.close()
         try:
-            if _moved(group):
-                self._place(control, group, min(deadline, time.monotonic() + PLACE_TIMEOUT_S))
-        except _ChildGone:
+            if held(group):
+                place_child(control, group, core_set(spec.cores),
+                            min(deadline, time.monotonic() + PLACE_TIMEOUT_S))
+        except ChildGone:
             streams.close()
             executor.kill(action)
             executor.wait(action, EXIT_GRACE_S)
@@ -263,35 +285,18 @@ class ActionRunner:
         return streams, action, time.monotonic()
 
     def _request(self, spec: ExecSpec, group: ActionCgroup | None) -> dict[str, Any]:
-        pinned = group is not None and "cpuset" in group.paths
         request: dict[str, Any] = {
-            "env": sandbox_env(spec, BASE_ENV), "cwd": INSIDE_WORKDIR, "kill_all": True,
-            "cpus": [] if pinned else list(core_set(spec.cores)), "wait_go": _moved(group),
+            "env": sandbox_env(spec, BASE_ENV), "cwd": INSIDE_WORKDIR,
+            "kill_all": not spec.keep_processes,
+            "wait_go": held(group),
         }
+        if spec.memory_mb is not None or self.limits.ceiling_mb > self.limits.memory_mb:
+            request["rlimits"] = action_rlimits(self.limits, spec.memory_mb)
         if spec.python is not None:
             request["python"] = f"{INSIDE_WORKDIR}/{spec.python}"
         else:
             request["argv"] = [SH, "-c", spec.command]
         return request
-
-    @staticmethod
-    def _place(control: socket.socket, group: ActionCgroup, deadline: float) -> None:
-        pid = child_pid(control, deadline)
-        if pid is None:
-            raise SandboxLostError("the sandbox's warm executor did not start the action's "
-                                   "process; the next action gets a fresh executor")
-        try:
-            for procs in group.procs_files():
-                with open(procs, "w") as fh:
-                    fh.write(str(pid))
-        except OSError as exc:
-            if exc.errno == errno.ESRCH:
-                raise _ChildGone(str(exc)) from exc
-            raise SandboxSetupError(f"cannot move the action into its cgroups: {exc}") from exc
-        try:
-            control.sendall(b"g")
-        except (BrokenPipeError, ConnectionResetError) as exc:  # it exited waiting for its go
-            raise _ChildGone(str(exc)) from exc
 
     @staticmethod
     def _kill(executor: WarmExecutor, action: int, group: ActionCgroup | None,
@@ -310,41 +315,8 @@ class ActionRunner:
         return usage, exceeded
 
 
-def _moved(group: ActionCgroup | None) -> TypeGuard[ActionCgroup]:
-    """Whether the action's child must be moved into ``group`` before it runs: only into groups
-    of its own (a child is born in the trajectory's groups; without groups nothing moves)."""
-    return group is not None and not group.spare
-
-
-class _ChildGone(Exception):
-    """The action's child exited before it was placed in its cgroups or let go (it ran
-    nothing)."""
-
-    def __str__(self) -> str:
-        return f"the action's child was gone before it was placed in its cgroups ({self.args[0]})"
-
-
 class _NotStarted(Exception):
     """The action's child could not start the command (it ran no user code)."""
-
-
-def _killer(group: ActionCgroup | None, place_lock: threading.Lock
-            ) -> Callable[[], None] | None:
-    """What kills the rest of an action's processes when its child exits."""
-    if group is None:
-        return None
-
-    def kill() -> None:
-        kill_rest(group, place_lock)
-
-    return kill
-
-
-def kill_rest(group: ActionCgroup, place_lock: threading.Lock) -> None:
-    """Kill what is left in an action's groups (in the trajectory's own groups, not while a
-    concurrent action's child waits there to be moved)."""
-    with place_lock if group.spare else contextlib.nullcontext():
-        group.kill()
 
 
 def _lost(traj: Trajectory, executor: WarmExecutor) -> SandboxError:

@@ -9,30 +9,38 @@ when it ends. Each action runs through the
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import stat
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from tangram_celery.errors import SandboxError, SandboxSetupError, WorkdirQuotaError
-from tangram_celery.sandbox.base import ExecOutcome, ExecSpec, SandboxLimits
+from tangram_celery.sandbox.base import MB, ExecOutcome, ExecSpec, SandboxLimits
 from tangram_celery.sandbox.bwrap.action import ActionRunner, core_set, kill_proc
+from tangram_celery.sandbox.bwrap.enforcement import bwrap_isolation
+from tangram_celery.sandbox.bwrap.homes import Homes, unmount_below
 from tangram_celery.sandbox.bwrap.housing import house, unhouse
 from tangram_celery.sandbox.bwrap.launch import LaunchChain, find_tool, system_binds
 from tangram_celery.sandbox.bwrap.ready import READY_PREFIX, ReadyPool
+from tangram_celery.sandbox.bwrap.recycle import RecyclePool, wiped
 from tangram_celery.sandbox.bwrap.trajectory import Trajectory
-from tangram_celery.sandbox.bwrap.uids import UidPool, kill_uid
 from tangram_celery.sandbox.bwrap.warm import WarmExecutor
-from tangram_celery.sandbox.cgroup import CgroupV1
+from tangram_celery.sandbox.cgroups import open_cgroups
+from tangram_celery.sandbox.isolation import STRICT, check_mode, require
 from tangram_celery.sandbox.owner import is_stale_tag, owner_tag
 from tangram_celery.sandbox.seccomp import build_filter
+from tangram_celery.sandbox.uids import UidPool, kill_uid
 from tangram_celery.sandbox.validation import validate_spec, validate_trajectory_id
 from tangram_celery.sandbox.workdir import workdir_name, write_files
 
 INSTANCE_PREFIX = "inst-"
+ENDED_PREFIX = "ended-"
+RECYCLED_PREFIX = "recycled-"
 
 
 def _check_traversable(path: Path) -> None:
@@ -53,6 +61,7 @@ class BwrapBackend:
     """The embedded sandbox backend (see :mod:`tangram_celery.sandbox.bwrap`). Thread-safe."""
 
     name = "bwrap"
+    repins = True
 
     def __init__(
         self,
@@ -66,6 +75,9 @@ class BwrapBackend:
         cgroups: bool = True,
         seccomp: bool = True,
         ready: int = 2,
+        recycle: int = 8,
+        enforce: str = STRICT,
+        workdir_tmpfs: bool = True,
     ) -> None:
         """Prepare the backend; runs nothing yet.
 
@@ -76,9 +88,13 @@ class BwrapBackend:
         ``uid_base + uid_count - 1`` (pick a range no other user or worker on the host uses);
         otherwise everything runs as the worker's own uid. A uid is held through a lock file
         in ``uid_lock_dir`` so workers with overlapping ranges never share one.
-        ``cgroups=False`` and ``seccomp=False`` turn those layers off. ``ready`` sandboxes are
-        kept started ahead (each with its uid, work dir and warm executor) for the first
-        actions of new trajectories; 0 starts each on its first action.
+        ``cgroups=False``, ``seccomp=False`` and ``workdir_tmpfs=False`` turn those layers off.
+        ``ready`` sandboxes are kept started ahead (each with its uid, work dir and warm
+        executor) for the first actions of new trajectories; 0 starts each on its first action.
+        ``recycle`` wiped sandboxes are kept for one-request trajectories (:meth:`lease`).
+        ``enforce`` is ``"strict"`` (raise :class:`SandboxSetupError`, naming what is missing,
+        when cores or memory cannot be enforced here) or ``"best-effort"`` (run anyway; what is
+        not enforced is in :attr:`isolation`).
         """
         self.limits = limits
         bwrap = find_tool(bwrap_path, "bubblewrap")
@@ -93,10 +109,22 @@ class BwrapBackend:
                                   build_filter() if seccomp else None)
         self.root_dir = Path(root_dir)
         self.instance_dir = self._make_instance_dir()
-        self.cgroups = CgroupV1() if cgroups and self._privileged else None
-        self._runner = ActionRunner(limits, self.cgroups, self._lock, self._start_executor)
+        self.homes = Homes(self.instance_dir, limits.workdir_mb,
+                           workdir_tmpfs and self._privileged)
+        self.cgroups = open_cgroups() if cgroups else None
+        self.isolation = bwrap_isolation(check_mode(enforce), self.cgroups, seccomp, self.homes)
+        try:
+            require(self.isolation)
+        except SandboxSetupError:
+            self._abandon()
+            raise
+        memory_mb = limits.memory_mb + (limits.workdir_mb if self.homes.tmpfs else 0)
+        self._runner = ActionRunner(limits, self.cgroups, self._lock, self._start_executor,
+                                    memory_mb * MB)
         self._made = 0
+        self._ended = itertools.count(1)
         self._ready = ReadyPool(ready, self._make_ready, self._discard_ready)
+        self.recycled = RecyclePool(recycle, wiped, self._discard_ready)
 
     # -- public interface -------------------------------------------------------------------
 
@@ -113,6 +141,35 @@ class BwrapBackend:
             return self._runner.execute(spec, traj, t0)
         finally:
             self._leave(traj)
+
+    @contextlib.contextmanager
+    def lease(self, trajectory_id: str) -> Iterator[None]:
+        """Run a one-request trajectory's actions (:meth:`run` with its id, inside the block)
+        in a recycled sandbox, wiped when the block ends and kept for the next one (see
+        :mod:`~tangram_celery.sandbox.bwrap.recycle`); a fresh one when none is idle."""
+        validate_trajectory_id(trajectory_id)
+        traj = self.recycled.take()
+        with self._lock:
+            if self._closed or trajectory_id in self._trajs:
+                if traj is not None:
+                    self.recycled.give_back(traj)
+                raise SandboxError(f"cannot lease a sandbox to {trajectory_id!r}: "
+                                   + ("the backend is closed" if self._closed else
+                                      "a trajectory of that id is live; use a new id"))
+            if traj is None:
+                self._made += 1
+                home = self.instance_dir / f"{RECYCLED_PREFIX}{self._made}"
+                traj = self._ready.take(home, trajectory_id) or \
+                    self._new_sandbox(trajectory_id, home)
+            traj.trajectory_id = trajectory_id
+            self._trajs[trajectory_id] = traj
+        try:
+            yield
+        finally:
+            with self._lock:
+                if self._trajs.get(trajectory_id) is traj:
+                    del self._trajs[trajectory_id]
+            self.recycled.give_back(traj)
 
     def repin(self, trajectory_id: str, cores: tuple[int, ...], new_cores: tuple[int, ...]
               ) -> bool:
@@ -144,6 +201,7 @@ class BwrapBackend:
             if traj is None:
                 return
             traj.ended = True
+            self._set_aside(traj)
             procs = list(traj.procs)
             executor = traj.executor
         if executor is not None:
@@ -163,8 +221,16 @@ class BwrapBackend:
             self._closed = True
             ids = list(self._trajs)
         self._ready.close()
+        self.recycled.close()
         for trajectory_id in ids:
             self.end_trajectory(trajectory_id)
+        if self.cgroups is not None:
+            self.cgroups.close()
+        unmount_below(self.instance_dir)
+        shutil.rmtree(self.instance_dir, ignore_errors=True)
+
+    def _abandon(self) -> None:
+        """Undo what a backend that refused to start had made."""
         if self.cgroups is not None:
             self.cgroups.close()
         shutil.rmtree(self.instance_dir, ignore_errors=True)
@@ -182,6 +248,7 @@ class BwrapBackend:
             self.root_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
             for entry in self.root_dir.iterdir():
                 if is_stale_tag(entry.name, INSTANCE_PREFIX):
+                    unmount_below(entry)
                     shutil.rmtree(entry, ignore_errors=True)
             path = self.root_dir / owner_tag(INSTANCE_PREFIX)
             path.mkdir()
@@ -198,7 +265,7 @@ class BwrapBackend:
     def _start_executor(self, traj: Trajectory) -> WarmExecutor:
         """Start the trajectory's sandbox around a fresh warm executor, in its own cgroups."""
         executor = WarmExecutor.start(lambda channel_fd: self._spawn_sandbox(traj, channel_fd))
-        house(self.cgroups, self.limits, traj, executor.proc.pid)
+        house(self.cgroups, self.limits, self._runner.memory_bytes, traj, executor.proc.pid)
         return executor
 
     def _spawn_sandbox(self, traj: Trajectory, channel_fd: int) -> subprocess.Popen[bytes]:
@@ -238,14 +305,14 @@ class BwrapBackend:
             return traj
 
     def _create(self, trajectory_id: str) -> Trajectory:
-        path = self.instance_dir / workdir_name(validate_trajectory_id(trajectory_id))
-        if path.exists():
-            shutil.rmtree(path, ignore_errors=True)
-        ready = self._ready.take(path, trajectory_id)
+        home = self.instance_dir / workdir_name(validate_trajectory_id(trajectory_id))
+        if home.exists():
+            self.homes.remove(home)
+        ready = self._ready.take(home, trajectory_id)
         if ready is not None:
             self._trajs[trajectory_id] = ready
             return ready
-        traj = self._new_sandbox(trajectory_id, path)
+        traj = self._new_sandbox(trajectory_id, home)
         self._trajs[trajectory_id] = traj
         return traj
 
@@ -269,17 +336,16 @@ class BwrapBackend:
             traj.executor.close()
         self._dispose(traj)
 
-    def _new_sandbox(self, trajectory_id: str, path: Path) -> Trajectory:
-        """A uid and an empty work dir at ``path``; the caller holds the lock."""
+    def _new_sandbox(self, trajectory_id: str, home: Path) -> Trajectory:
+        """A uid and a home at ``home`` with an empty work dir; the caller holds the lock."""
         uid = self._alloc_uid()
         try:
-            path.mkdir(mode=0o700)
-            os.chown(path, uid, uid)
+            self.homes.make(home, uid)
         except OSError as exc:
             self._release_uid(uid)
             raise SandboxSetupError(f"cannot create a work dir in {self.instance_dir}: "
                                     f"{exc.strerror}") from exc
-        return Trajectory(trajectory_id, uid, path)
+        return Trajectory(trajectory_id, uid, home)
 
     def _leave(self, traj: Trajectory) -> None:
         with self._lock:
@@ -288,11 +354,20 @@ class BwrapBackend:
         if release:
             self._release_uid_when_clean(traj)
 
+    def _set_aside(self, traj: Trajectory) -> None:
+        """Move an ended trajectory's work dir out of its id's place, so a new trajectory of
+        the same id gets a dir of its own that this one's removal cannot touch; the caller
+        holds the lock."""
+        aside = self.instance_dir / f"{ENDED_PREFIX}{next(self._ended)}"
+        with contextlib.suppress(OSError):
+            traj.home.rename(aside)
+            traj.home = aside
+
     def _dispose(self, traj: Trajectory) -> None:
         """Remove an ended trajectory's dir and cgroups; give its uid back once no action is
         running."""
         unhouse(traj)
-        shutil.rmtree(traj.path, ignore_errors=True)
+        self.homes.remove(traj.home)
         with self._lock:
             idle = traj.active == 0
         if idle:

@@ -15,9 +15,9 @@ import contextlib
 import logging
 from pathlib import Path
 
-from tangram_celery.sandbox.base import MB, SandboxLimits
+from tangram_celery.sandbox.base import SandboxLimits
 from tangram_celery.sandbox.bwrap.trajectory import Trajectory
-from tangram_celery.sandbox.cgroup import CgroupLimits, CgroupV1
+from tangram_celery.sandbox.cgroups import CgroupLimits, Hierarchy
 
 log = logging.getLogger(__name__)
 SANDBOX_PIDS = 2
@@ -38,15 +38,17 @@ def sandbox_pids(pid: int) -> set[int]:
     return found
 
 
-def house(cgroups: CgroupV1 | None, limits: SandboxLimits, traj: Trajectory, pid: int) -> None:
+def house(cgroups: Hierarchy | None, limits: SandboxLimits, memory_bytes: int,
+          traj: Trajectory, pid: int) -> None:
     """Move the sandbox whose bubblewrap is ``pid`` into ``traj``'s own groups (made on first
-    use). On failure the trajectory has none, and its actions use groups of their own."""
+    use, ``memory_bytes`` the memory they allow). On failure the trajectory has none, and its
+    actions use groups of their own."""
     if cgroups is None:
         return
     try:
         if traj.group is None:
             traj.group = cgroups.create(
-                CgroupLimits(limits.memory_mb * MB, limits.pids + SANDBOX_PIDS, ()),
+                CgroupLimits(memory_bytes, limits.pids + SANDBOX_PIDS, ()),
                 traj.uid, traj.uid, prefix="t")
         if traj.group is None:
             return

@@ -30,7 +30,9 @@ ETC_ALLOWLIST = (
     "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "localtime", "timezone",
     "alternatives", "python3", "python3.11", "protocols", "services", "mime.types",
     "os-release", "debian_version", "gai.conf", "host.conf", "ssl/certs", "ssl/openssl.cnf",
+    "R", "java-17-openjdk", "php", "ruby", "perl",
 )
+"""``/etc`` entries the sandbox sees (toolchains' own configuration: R, the JDK, PHP ...)."""
 PASSWD = (
     "root:x:0:0:root:/nonexistent:/usr/sbin/nologin\n"
     f"sandbox:x:{INSIDE_UID}:{INSIDE_UID}:tangram sandbox:{INSIDE_WORKDIR}:/bin/sh\n"
@@ -45,7 +47,7 @@ ETC_FILES = {"/etc/passwd": PASSWD, "/etc/group": GROUP, "/etc/hosts": HOSTS}
 def executor_source() -> str:
     """The warm executor's source, handed to the sandbox's python as ``-c`` (no file the
     sandbox could write or swap)."""
-    from tangram_celery.sandbox import executor
+    from tangram_celery.sandbox.bwrap import executor
 
     return Path(executor.__file__).read_text()
 
@@ -93,11 +95,14 @@ class LaunchChain:
     sh: str = "/bin/sh"
 
     def rlimit_args(self) -> list[str]:
-        """prlimit's options: the per-process limits of ``limits``."""
+        """prlimit's options: the per-process limits of ``limits``; the memory ones are soft
+        limits at the default below hard ones at the ceiling an action may ask for (each
+        action's child sets both to its own, see :func:`action_rlimits`)."""
         lim = self.limits
+        top = lim.ceiling_mb
         args = [
-            f"--as={lim.effective_address_space_mb * MB}",
-            f"--data={lim.memory_mb * MB}",
+            f"--as={lim.effective_address_space_mb * MB}:{lim.address_space_for(top) * MB}",
+            f"--data={lim.memory_mb * MB}:{top * MB}",
             f"--nproc={lim.pids}",
             f"--fsize={lim.file_size_mb * MB}",
             f"--nofile={lim.nofile}",
@@ -109,7 +114,7 @@ class LaunchChain:
 
     def executor_argv(self, traj: Trajectory, channel_fd: int, fds: list[int]) -> list[str]:
         """The chain that starts the trajectory's warm executor (see
-        :mod:`~tangram_celery.sandbox.executor`) as the sandbox's pid 1, its channel on
+        :mod:`~tangram_celery.sandbox.bwrap.executor`) as the sandbox's pid 1, its channel on
         ``channel_fd``; ``fds`` collects the descriptors bubblewrap must inherit."""
         fds.append(channel_fd)
         chain = [self.prlimit, *self.rlimit_args(), "--"]
@@ -147,3 +152,14 @@ class LaunchChain:
         if self.seccomp is not None:
             args += ["--seccomp", fd_of(_data_fd(self.seccomp))]
         return args
+
+
+def action_rlimits(limits: SandboxLimits, memory_mb: int | None) -> list[list[int]]:
+    """``[resource, soft, hard]`` triples an action's child sets before its code runs: its
+    memory (``memory_mb``, else the default) as RLIMIT_DATA and its address space."""
+    import resource
+
+    memory = limits.memory_mb if memory_mb is None else memory_mb
+    data = memory * MB
+    space = limits.address_space_for(memory) * MB
+    return [[resource.RLIMIT_DATA, data, data], [resource.RLIMIT_AS, space, space]]

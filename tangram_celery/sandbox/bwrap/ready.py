@@ -1,7 +1,7 @@
 """Ready sandboxes of the embedded backend: a few started ahead, so a first action costs no start.
 
 Each ready sandbox already holds a uid from the pool, an empty work dir (mode 0700, owned by
-that uid) and a running warm executor bound to it. A new trajectory takes one: its work dir is
+that uid) and a running warm executor bound to it. A new trajectory takes one: its home is
 renamed to the trajectory's name (the sandbox's bind mount follows the directory), and a
 background thread starts a replacement. Nothing of one trajectory is ever handed to another:
 a ready sandbox is used once, and ended trajectories are never put back.
@@ -44,19 +44,20 @@ class ReadyPool:
                                             daemon=True)
             self._thread.start()
 
-    def take(self, path: Path, trajectory_id: str) -> Trajectory | None:
-        """A ready sandbox renamed to ``path`` for ``trajectory_id``, or None when none is ready."""
+    def take(self, home: Path, trajectory_id: str) -> Trajectory | None:
+        """A ready sandbox, its home renamed to ``home``, for ``trajectory_id``; None when none
+        is ready."""
         with self._lock:
             ready = self._ready.pop() if self._ready else None
         self._wake.set()
         if ready is None:
             return None
         try:
-            ready.path.rename(path)
+            ready.home.rename(home)
         except OSError:
             threading.Thread(target=self._discard, args=(ready,), daemon=True).start()
             return None
-        ready.trajectory_id, ready.path = trajectory_id, path
+        ready.trajectory_id, ready.home = trajectory_id, home
         return ready
 
     def count(self) -> int:

@@ -1,4 +1,4 @@
-"""A live trajectory of the embedded backend: its uid, work dir, running processes and pins."""
+"""A live trajectory of the embedded backend: its uid, home, running processes and pins."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tangram_celery.sandbox.cgroup import ActionCgroup
+from tangram_celery.sandbox.bwrap.homes import WORK
+from tangram_celery.sandbox.cgroups import ActionCgroup
 
 if TYPE_CHECKING:
     from tangram_celery.sandbox.bwrap.warm import WarmExecutor
@@ -29,7 +30,8 @@ class Trajectory:
 
     trajectory_id: str
     uid: int
-    path: Path
+    home: Path
+    """Its sandbox's home (see :mod:`~tangram_celery.sandbox.bwrap.homes`)."""
     procs: set[subprocess.Popen[bytes]] = field(default_factory=set)
     pins: list[Pin] = field(default_factory=list)
     active: int = 0
@@ -43,3 +45,8 @@ class Trajectory:
     group_busy: bool = False
     place_lock: threading.Lock = field(default_factory=threading.Lock)
     """Held from the fork of a child to be moved out of the trajectory's groups to its move."""
+
+    @property
+    def path(self) -> Path:
+        """The work dir on the host: the sandbox's ``/work``."""
+        return self.home / WORK

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tangram_celery.errors import SandboxSetupError
-from tangram_celery.sandbox.executor import recv_frame, send_frame
+from tangram_celery.sandbox.bwrap.executor import recv_frame, send_frame
 
 UCRED = struct.Struct("iII")
 LOST = -1
@@ -112,6 +112,21 @@ class WarmExecutor:
             self._mark_lost()
         return action
 
+    def wipe(self, timeout_s: float = 10.0) -> bool:
+        """Have the executor kill everything else in the sandbox and empty its writable dirs
+        (see :func:`~tangram_celery.sandbox.bwrap.executor.wipe_sandbox`); True when it says
+        all of it was done, False when it could not or did not answer in time."""
+        with self._lock:
+            self._next_id += 1
+            job = self._next_id
+            self._pending[job] = _Pending()
+        try:
+            with self._send_lock:
+                send_frame(self.channel, {"op": "wipe", "id": job})
+        except OSError:
+            self._mark_lost()
+        return self.wait(job, timeout_s) == 0
+
     def kill(self, action: int) -> None:
         """Ask the executor to SIGKILL the action's process group."""
         with contextlib.suppress(OSError), self._send_lock:
@@ -139,7 +154,7 @@ class WarmExecutor:
             message, fds = frame
             for fd in fds:
                 os.close(fd)
-            if message.get("event") in ("exit", "error"):
+            if message.get("event") in ("exit", "error", "wiped"):
                 status = message.get("status")
                 self._finish(int(message.get("id", -1)),
                              int(status) if isinstance(status, int) else None)

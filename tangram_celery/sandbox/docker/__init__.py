@@ -1,7 +1,7 @@
 """The Docker sandbox backend: one long-lived container per trajectory, one resident executor in it.
 
 A trajectory's environment is a container made from a local image (see
-:mod:`tangram_celery.sandbox.image`), taken from a small warm pool on its first action and
+:mod:`tangram_celery.sandbox.docker.image`), taken from a small warm pool on its first action and
 removed by ``end_trajectory`` or after an idle TTL. Its work dir ``/work`` and ``/tmp`` are tmpfs
 mounts inside it, so files (and their memory) persist between the trajectory's actions.
 
@@ -16,8 +16,9 @@ no Docker API call when the node runs on the engine's host:
    (:mod:`~tangram_celery.sandbox.docker.cpu`).
 2. The node sends the action over the stream. The resident
    (:mod:`~tangram_celery.sandbox.docker.resident`) kills what earlier actions left, checks that
-   the pid cap has room, forks a child that drops to the unprivileged sandbox uid, writes the
-   spec's files (never through a symlink) and execs ``/bin/sh -c COMMAND`` with
+   the pid cap has room, forks a child that drops to the container's sandbox uid (a host uid
+   of the trajectory's own, from the host's uid pool: :mod:`tangram_celery.sandbox.uids`),
+   writes the spec's files (never through a symlink) and execs ``/bin/sh -c COMMAND`` with
    ``TANGRAM_UNITS`` set and ``pytest`` made ``pytest -n <units>``
    (:func:`~tangram_celery.sandbox.parallelism.rewrite_parallelism`). It forwards the child's
    output as frames, kills its whole tree at ``timeout_s``, reaps it and reports its wait
@@ -66,17 +67,9 @@ The parts, each importing only those listed before it:
 from __future__ import annotations
 
 from tangram_celery.sandbox.docker.backend import DockerBackend, DockerExecOutcome
-from tangram_celery.sandbox.docker.engine import DEFAULT_DOCKER_URL
-from tangram_celery.sandbox.docker.options import IDLE_CPU_QUOTA_US
 from tangram_celery.sandbox.docker.policy import WarmPoolPolicy
-from tangram_celery.sandbox.docker.pool import LABEL_HOST, LABEL_OWNER, OWNER_PREFIX
 
 __all__ = [
-    "DEFAULT_DOCKER_URL",
-    "IDLE_CPU_QUOTA_US",
-    "LABEL_HOST",
-    "LABEL_OWNER",
-    "OWNER_PREFIX",
     "DockerBackend",
     "DockerExecOutcome",
     "WarmPoolPolicy",

@@ -14,7 +14,12 @@ from concurrent.futures import CancelledError
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from tangram_celery.errors import SandboxError, SandboxLostError, SandboxSetupError
+from tangram_celery.errors import (
+    SandboxError,
+    SandboxLostError,
+    SandboxSetupError,
+    SandboxSpecError,
+)
 from tangram_celery.sandbox.base import (
     BASE_ENV,
     INSIDE_WORKDIR,
@@ -29,14 +34,16 @@ from tangram_celery.sandbox.docker.engine import (
     connect,
     not_running,
 )
+from tangram_celery.sandbox.docker.image import DEFAULT_TAG
 from tangram_celery.sandbox.docker.link import End, Request, ResidentLost, Stamps
 from tangram_celery.sandbox.docker.options import seccomp_profile
 from tangram_celery.sandbox.docker.policy import WarmPoolPolicy
 from tangram_celery.sandbox.docker.pool import Box, ContainerPool, Env, mark_broken
 from tangram_celery.sandbox.docker.protocol import Broken, command_start, exit_status, units_of
-from tangram_celery.sandbox.image import DEFAULT_TAG
+from tangram_celery.sandbox.isolation import CGROUP, CPUSET, STRICT, TMPFS, Isolation
 from tangram_celery.sandbox.output import CappedBuffer
 from tangram_celery.sandbox.parallelism import rewrite_parallelism
+from tangram_celery.sandbox.uids import UidPool, default_lock_dir
 from tangram_celery.sandbox.validation import SpecFile, sandbox_env, validate_spec
 
 SH = "/bin/sh"
@@ -65,6 +72,8 @@ class DockerBackend:
     """
 
     name = "docker"
+    repins = False
+    isolation = Isolation(STRICT, "docker", CPUSET, CGROUP, CGROUP, TMPFS)
 
     def __init__(
         self,
@@ -81,6 +90,9 @@ class DockerBackend:
         seccomp: bool = True,
         tick_s: float = 0.5,
         direct_cpu: bool = True,
+        uid_base: int = 1_500_000,
+        uid_count: int = 65_536,
+        uid_lock_dir: Path | None = None,
     ) -> None:
         """Connect to the engine at ``docker_url`` and start the pool keeper.
 
@@ -89,6 +101,11 @@ class DockerBackend:
         has ``api_timeout_s``) and :class:`SandboxSetupError` when ``image`` is missing.
         ``idle_ttl_s``: a trajectory idle that long loses its container. ``grace_s``: how long
         past ``timeout_s`` the client waits on an exec before it declares the container broken.
+        Each container's actions run as a host uid of their own, from ``uid_base`` to
+        ``uid_base + uid_count - 1`` (no account may use them; there is no user namespace, so
+        the uid inside is the uid on the engine's host), held through a lock file in
+        ``uid_lock_dir`` (default: the host's, shared with the embedded backend, for root; a
+        private one under the temp dir for another user).
         """
         self.root_dir = Path(root_dir)
         self.limits = limits
@@ -100,11 +117,12 @@ class DockerBackend:
         check_image(self.client, image, docker_url)
         profile = seccomp_profile() if seccomp else None
         self.available_cores = frozenset(range(int(self.client.info().get("NCPU", 1))))
+        self.uids = UidPool(uid_base, uid_count, uid_lock_dir or default_lock_dir())
         self._pool = ContainerPool(
             self.client, docker_url=docker_url, image=image, limits=limits, seccomp=profile,
             policy=warm_pool if warm_pool is not None else WarmPoolPolicy(),
-            idle_ttl_s=idle_ttl_s, tick_s=tick_s, setup_timeout_s=setup_timeout_s,
-            direct_cpu=direct_cpu)
+            idle_ttl_s=idle_ttl_s, tick_s=tick_s, uids=self.uids,
+            setup_timeout_s=setup_timeout_s, direct_cpu=direct_cpu)
         self.owner = self._pool.owner
 
     # -- public interface -------------------------------------------------------------------
@@ -113,12 +131,21 @@ class DockerBackend:
         """Run ``spec`` in its trajectory's container (taking one on first use)."""
         t0 = time.monotonic()
         files = validate_spec(spec, self.limits, self.available_cores)
+        if spec.memory_mb is not None and spec.memory_mb > self.limits.memory_mb:
+            raise SandboxSpecError("memory_mb", f"the docker backend holds each container at "
+                                   f"{self.limits.memory_mb} MiB (TANGRAM_SANDBOX_MEMORY_MB); "
+                                   f"raise it to run actions of {spec.memory_mb} MiB")
         env = self._pool.enter(spec.trajectory_id)
         try:
             with env.lock:
                 return self._run_locked(env, spec, files, t0)
         finally:
             self._pool.leave(env)
+
+    def repin(self, trajectory_id: str, cores: tuple[int, ...], new_cores: tuple[int, ...]
+              ) -> bool:
+        """A container's cores are set once per action: a running action is never moved."""
+        return False
 
     def end_trajectory(self, trajectory_id: str) -> None:
         """Remove the trajectory's container (killing a running action); idempotent."""
@@ -193,7 +220,8 @@ class DockerBackend:
         stdin = None if spec.stdin is None else spec.stdin.encode("utf-8", "surrogateescape")
         request = Request(argv=[SH, "-c", command], env=sandbox_env(spec, BASE_ENV),
                           cwd=INSIDE_WORKDIR, timeout_s=spec.timeout_s, files=files, stdin=stdin)
-        cap = self.limits.output_cap_bytes
+        cap = self.limits.output_cap_bytes if spec.output_cap_bytes is None \
+            else spec.output_cap_bytes
         run = _Run(CappedBuffer(cap), CappedBuffer(cap), Stamps(), time.monotonic(), time.time())
         setup_deadline = run.t_start + self.setup_timeout_s
 

@@ -24,7 +24,8 @@ from typing import Any, Protocol
 import docker.errors
 
 from tangram_celery.errors import SandboxSpecError
-from tangram_celery.sandbox.cgroup import format_cpus, own_group_dir, parse_mountinfo
+from tangram_celery.sandbox.cgroups.files import format_cpus, own_group_dir
+from tangram_celery.sandbox.cgroups.v1 import parse_mountinfo
 from tangram_celery.sandbox.docker.engine import API_ERRORS
 from tangram_celery.sandbox.docker.options import (
     CPU_PERIOD_US,

@@ -15,8 +15,8 @@ import docker.errors
 import requests.exceptions
 
 from tangram_celery.errors import SandboxEngineError, SandboxError, SandboxSetupError
+from tangram_celery.sandbox.docker.image import SETUP_HELP
 from tangram_celery.sandbox.docker.protocol import MIN_FREE_PIDS
-from tangram_celery.sandbox.image import SETUP_HELP
 
 DEFAULT_DOCKER_URL = "unix:///var/run/docker.sock"
 

@@ -24,7 +24,6 @@ from tangram_celery.sandbox.docker import resident
 from tangram_celery.sandbox.docker.engine import API_ERRORS
 from tangram_celery.sandbox.docker.exchange import raw_socket, read_ahead
 from tangram_celery.sandbox.docker.protocol import MIN_FREE_PIDS, Broken, FrameDemuxer
-from tangram_celery.sandbox.image import SANDBOX_UID
 from tangram_celery.sandbox.output import CappedBuffer, Sink
 from tangram_celery.sandbox.validation import SpecFile
 
@@ -148,11 +147,12 @@ class Resident:
         self._take(first)
 
     @classmethod
-    def start(cls, client: Any, container_id: str, timeout_s: float) -> Resident:
-        """Exec the resident in the container and wait for its ready frame; raises Broken."""
+    def start(cls, client: Any, container_id: str, timeout_s: float, uid: int) -> Resident:
+        """Exec the resident (its actions run as ``uid``) in the container and wait for its
+        ready frame; raises Broken."""
         try:
             exec_id = client.api.exec_create(
-                container_id, ["python3", "-I", "-S", "-c", SOURCE, str(SANDBOX_UID)],
+                container_id, ["python3", "-I", "-S", "-c", SOURCE, str(uid)],
                 stdin=True, stdout=True, stderr=True, tty=False, user=ROOT, workdir="/",
                 environment={})["Id"]
             handle = client.api.exec_start(exec_id, socket=True)

@@ -15,8 +15,7 @@ import docker.types
 
 from tangram_celery.errors import SandboxSetupError
 from tangram_celery.sandbox.base import BASE_ENV, INSIDE_WORKDIR, MB, SandboxLimits
-from tangram_celery.sandbox.cgroup import format_cpus
-from tangram_celery.sandbox.image import SANDBOX_UID
+from tangram_celery.sandbox.cgroups import format_cpus
 from tangram_celery.sandbox.seccomp import _NAMES as EMBEDDED_DENY_LIST
 
 INIT_UID = 0  # docker-init and the resident executor: root with SETUID, SETGID, SETPCAP only
@@ -59,12 +58,13 @@ def seccomp_profile(machine: str | None = None) -> str:
 
 
 def container_options(
-    limits: SandboxLimits, labels: Mapping[str, str], seccomp: str | None
+    limits: SandboxLimits, labels: Mapping[str, str], seccomp: str | None, uid: int
 ) -> dict[str, Any]:
-    """Keyword arguments of ``containers.run`` for one sandbox container (minus the image)."""
+    """Keyword arguments of ``containers.run`` for one sandbox container (minus the image) whose
+    actions run as host ``uid``: its ``/work`` belongs to that uid alone."""
     tmp = f"rw,exec,nosuid,nodev,size={limits.tmp_mb}m,mode=1777"
     work_size = limits.workdir_mb * MB + WORKDIR_SLACK
-    work = f"rw,exec,nosuid,nodev,size={work_size},mode=0700,uid={SANDBOX_UID},gid={SANDBOX_UID}"
+    work = f"rw,exec,nosuid,nodev,size={work_size},mode=0700,uid={uid},gid={uid}"
     memory = (limits.memory_mb + limits.workdir_mb) * MB + WORKDIR_SLACK
     ulimits = [
         docker.types.Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile),

@@ -2,7 +2,8 @@
 
 Every container is labelled with its backend's owner tag and host, so the containers of a
 backend whose process died are removed by the next one on the host
-(:meth:`ContainerPool.reap_stale`).
+(:meth:`ContainerPool.reap_stale`). Each container's actions run as a host uid of its own, taken
+from the host's uid pool when the container is made and given back once it is removed.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import docker
+import docker.errors
 
 from tangram_celery.errors import (
     SandboxEngineError,
@@ -37,6 +39,7 @@ from tangram_celery.sandbox.docker.policy import (
     warm_pool_target,
 )
 from tangram_celery.sandbox.owner import is_stale_tag, owner_tag
+from tangram_celery.sandbox.uids import UidPool
 
 log = logging.getLogger(__name__)
 FURNISH_ERRORS: tuple[type[Exception], ...] = (SandboxError, *API_ERRORS)
@@ -44,15 +47,18 @@ FURNISH_ERRORS: tuple[type[Exception], ...] = (SandboxError, *API_ERRORS)
 OWNER_PREFIX = "dkr-"
 LABEL_OWNER = "tangram.sandbox.owner"
 LABEL_HOST = "tangram.sandbox.host"
+LABEL_UID = "tangram.sandbox.uid"
 
 
 @dataclass
 class Box:
-    """A started sandbox container, its resident executor and the control of its cores."""
+    """A started sandbox container, its resident executor, the control of its cores and the
+    host uid its actions run as."""
 
     container: Any
     resident: Resident
     cpu: ContainerCpu
+    uid: int
 
 
 @dataclass
@@ -99,13 +105,15 @@ class ContainerPool:
         policy: WarmPoolPolicy,
         idle_ttl_s: float,
         tick_s: float,
+        uids: UidPool,
         setup_timeout_s: float = 120.0,
         direct_cpu: bool = True,
     ) -> None:
         """Remove what dead backends left on this host, then start the keeper.
 
-        ``setup_timeout_s`` bounds a container's executor start; ``direct_cpu``: pin cores
-        through the container's cgroup files when the node can write them (else the API).
+        ``uids`` gives each container the uid its actions run as. ``setup_timeout_s`` bounds a
+        container's executor start; ``direct_cpu``: pin cores through the container's cgroup
+        files when the node can write them (else the API).
         """
         self.client = client
         self.setup_timeout_s = setup_timeout_s
@@ -115,6 +123,7 @@ class ContainerPool:
         self.limits = limits
         self.idle_ttl_s = idle_ttl_s
         self.pool_policy = policy
+        self.uids = uids
         self._seccomp = seccomp
         self.owner = owner_tag(OWNER_PREFIX)
         self._labels = {LABEL_OWNER: self.owner, LABEL_HOST: socket.gethostname()}
@@ -259,34 +268,39 @@ class ContainerPool:
 
     def _create(self) -> Box:
         t0 = time.monotonic()
+        with self.lock:
+            uid = self.uids.take()
+        labels = {**self._labels, LABEL_UID: str(uid)}
         try:
             container = self.client.containers.run(
-                self.image, **container_options(self.limits, self._labels, self._seccomp))
+                self.image, **container_options(self.limits, labels, self._seccomp, uid))
         except API_ERRORS as exc:
+            self._give_back(uid)
             raise SandboxSetupError(f"cannot start a sandbox container from {self.image!r}: "
                                     f"{exc}") from exc
         try:
-            box = self._furnish(container)
+            box = self._furnish(container, uid)
         except FURNISH_ERRORS as exc:
             state = diagnose(container)
-            self._remove_id(str(container.id))
+            if self._remove_id(str(container.id)):
+                self._give_back(uid)
             raise SandboxSetupError(f"cannot start the executor of a sandbox container: {exc} "
                                     f"({state})") from exc
         with self.lock:
             self.create_s = 0.8 * self.create_s + 0.2 * (time.monotonic() - t0)
         return box
 
-    def _furnish(self, container: Any) -> Box:
+    def _furnish(self, container: Any, uid: int) -> Box:
         """Start the container's resident executor, then throttle it until its first action."""
         container.reload()
         cpu = container_cpu(container, direct=self.direct_cpu)
-        link = Resident.start(self.client, str(container.id), self.setup_timeout_s)
+        link = Resident.start(self.client, str(container.id), self.setup_timeout_s, uid)
         try:
             cpu.idle()
         except SandboxError:
             link.close()
             raise
-        return Box(container, link, cpu)
+        return Box(container, link, cpu, uid)
 
     def _discard(self, box: Box) -> None:
         """Remove a container in the background (force: kills what runs in it)."""
@@ -297,11 +311,24 @@ class ContainerPool:
 
     def _remove(self, box: Box) -> None:
         box.resident.close()
-        self._remove_id(str(box.container.id))
+        if self._remove_id(str(box.container.id)):
+            self._give_back(box.uid)
 
-    def _remove_id(self, container_id: str) -> None:
-        with contextlib.suppress(*API_ERRORS):
+    def _remove_id(self, container_id: str) -> bool:
+        """Remove a container (killing what runs in it); whether it is gone."""
+        try:
             self.client.api.remove_container(container_id, force=True, v=True)
+        except docker.errors.NotFound:
+            return True
+        except API_ERRORS:
+            log.warning("cannot remove sandbox container %s; its uid stays held",
+                        container_id[:12], exc_info=True)
+            return False
+        return True
+
+    def _give_back(self, uid: int) -> None:
+        with self.lock:
+            self.uids.give_back(uid)
 
     # -- the pool keeper --------------------------------------------------------------------
 

@@ -25,14 +25,7 @@ Counts only: pools whose fit depends on topology (GPU chunks) are not planned he
 from __future__ import annotations
 
 from tangram_celery.scheduling.backfill.admission import Choice, Held, Plan, choose, plan
-from tangram_celery.scheduling.backfill.horizon import (
-    Busy,
-    Horizon,
-    Point,
-    Shadow,
-    Timeline,
-    shadow_of,
-)
+from tangram_celery.scheduling.backfill.horizon import Busy, Horizon, Shadow
 from tangram_celery.scheduling.backfill.waiting import Waiting, new_waiting
 
 __all__ = [
@@ -41,12 +34,9 @@ __all__ = [
     "Held",
     "Horizon",
     "Plan",
-    "Point",
     "Shadow",
-    "Timeline",
     "Waiting",
     "choose",
     "new_waiting",
     "plan",
-    "shadow_of",
 ]

@@ -22,11 +22,7 @@ count in, is `dp.allocation`.
 from __future__ import annotations
 
 from tangram_celery.scheduling.dp.allocation import (
-    INFEASIBLE,
-    MAX_TICKS,
-    RESOLUTION,
     Allocation,
-    IndexArray,
     IntArray,
     OptionArrays,
     Pick,
@@ -36,20 +32,14 @@ from tangram_celery.scheduling.dp.allocation import (
     ticks,
 )
 from tangram_celery.scheduling.dp.counts import CountSolver
-from tangram_celery.scheduling.dp.states import Layer, Place, StateSolver
+from tangram_celery.scheduling.dp.states import StateSolver
 
 __all__ = [
-    "INFEASIBLE",
-    "MAX_TICKS",
-    "RESOLUTION",
     "Allocation",
     "CountSolver",
-    "IndexArray",
     "IntArray",
-    "Layer",
     "OptionArrays",
     "Pick",
-    "Place",
     "PrefixSolver",
     "State",
     "StateSolver",

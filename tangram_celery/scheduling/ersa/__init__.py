@@ -29,18 +29,13 @@ from __future__ import annotations
 
 from tangram_celery.scheduling.ersa.allocator import decide, settle, settle_queue
 from tangram_celery.scheduling.ersa.config import SchedulerConfig
-from tangram_celery.scheduling.ersa.objective import Group, Plain, Seed
-from tangram_celery.scheduling.ersa.queue import Band, Entry, Queue, build_queue, queue_entry
+from tangram_celery.scheduling.ersa.queue import Band, Entry, Queue, queue_entry
 
 __all__ = [
     "Band",
     "Entry",
-    "Group",
-    "Plain",
     "Queue",
     "SchedulerConfig",
-    "Seed",
-    "build_queue",
     "decide",
     "queue_entry",
     "settle",

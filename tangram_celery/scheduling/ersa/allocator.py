@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
 
-from tangram_celery.scheduling.dp import RESOLUTION, Allocation, Pick, PrefixSolver, State
+from tangram_celery.scheduling.dp import Allocation, Pick, PrefixSolver, State
+from tangram_celery.scheduling.dp.allocation import RESOLUTION
 from tangram_celery.scheduling.ersa.config import SchedulerConfig
 from tangram_celery.scheduling.ersa.objective import Group
 from tangram_celery.scheduling.ersa.queue import (

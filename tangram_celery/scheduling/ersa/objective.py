@@ -11,7 +11,8 @@ from operator import attrgetter, itemgetter
 
 import numpy as np
 
-from tangram_celery.scheduling.dp import MAX_TICKS, RESOLUTION, Allocation, Pick, round_ticks, ticks
+from tangram_celery.scheduling.dp import Allocation, Pick, round_ticks, ticks
+from tangram_celery.scheduling.dp.allocation import MAX_TICKS, RESOLUTION
 from tangram_celery.scheduling.ersa.config import SchedulerConfig
 from tangram_celery.scheduling.ersa.queue import FIRST, JOB, OPTIONS, Entry
 from tangram_celery.scheduling.topology import Operator

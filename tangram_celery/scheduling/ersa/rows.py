@@ -10,14 +10,8 @@ from typing import cast
 
 import numpy as np
 
-from tangram_celery.scheduling.dp import (
-    INFEASIBLE,
-    CountSolver,
-    IntArray,
-    OptionArrays,
-    PrefixSolver,
-    State,
-)
+from tangram_celery.scheduling.dp import CountSolver, IntArray, OptionArrays, PrefixSolver, State
+from tangram_celery.scheduling.dp.allocation import INFEASIBLE
 from tangram_celery.scheduling.ersa.queue import JOB, Entry
 from tangram_celery.scheduling.topology import CpuOperator, Operator
 from tangram_celery.scheduling.types import (

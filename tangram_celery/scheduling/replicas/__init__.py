@@ -44,21 +44,16 @@ left to the paper's allocator (`ersa.settle`).
 
 from __future__ import annotations
 
-from tangram_celery.scheduling.replicas.board import OVERRUN_S, Board, aligned_chunks
+from tangram_celery.scheduling.replicas.board import aligned_chunks
 from tangram_celery.scheduling.replicas.config import ReplicaConfig
-from tangram_celery.scheduling.replicas.planner import UNLIMITED_MB, Booking, Planner, capped
+from tangram_celery.scheduling.replicas.planner import Planner
 from tangram_celery.scheduling.replicas.policy import ReplicaPolicy, decide_replicas, gpu_cap
 
 __all__ = [
-    "OVERRUN_S",
-    "UNLIMITED_MB",
-    "Board",
-    "Booking",
     "Planner",
     "ReplicaConfig",
     "ReplicaPolicy",
     "aligned_chunks",
-    "capped",
     "decide_replicas",
     "gpu_cap",
 ]

@@ -32,7 +32,7 @@ Pools whose fit depends on topology (GPU chunks) get the paper's allocator uncha
 * **Core loans** (`loans`, `RobustPolicy.lend`): a short job the decision leaves waiting
   starts at once on a core lent by a running job that is not short (an elastic test run, say)
   and stays queued; when the decision starts it, it moves onto its own cores
-  (`tangram_celery.scheduling.loans`). Short jobs so never wait while some running job can
+  (`tangram_celery.scheduling.lending`). Short jobs so never wait while some running job can
   spare a core, the decisions stay the ones above, and the lender runs slower while it lends.
 
 `RobustPolicy` is the stateful callable the simulator and the node worker hold: it feeds a
@@ -43,8 +43,6 @@ from __future__ import annotations
 
 from tangram_celery.scheduling.robust.config import RobustConfig, loan_config
 from tangram_celery.scheduling.robust.limits import (
-    CAPS,
-    OVERLOADED,
     dop_cap,
     elastic_cap,
     predicted_act,
@@ -54,8 +52,6 @@ from tangram_celery.scheduling.robust.policy import RobustPolicy, decide_robust
 from tangram_celery.scheduling.robust.pool import Outlook
 
 __all__ = [
-    "CAPS",
-    "OVERLOADED",
     "Outlook",
     "RobustConfig",
     "RobustPolicy",

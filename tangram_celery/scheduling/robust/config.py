@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from tangram_celery.scheduling.demand import DemandConfig
 from tangram_celery.scheduling.ersa import SchedulerConfig
-from tangram_celery.scheduling.loans import LoanConfig
+from tangram_celery.scheduling.lending import LoanConfig
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from tangram_celery.scheduling.demand import DemandTracker, job_class
-from tangram_celery.scheduling.loans import Holder, Loan, plan_loans
+from tangram_celery.scheduling.lending import Holder, Loan, plan_loans
 from tangram_celery.scheduling.robust.config import RobustConfig, loan_config
 from tangram_celery.scheduling.robust.pool import Outlook, pool_decision
 from tangram_celery.scheduling.types import Decision, Job, Snapshot

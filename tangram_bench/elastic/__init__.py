@@ -1,0 +1,33 @@
+"""The AI-coding workload on the real stack: tangram vs fixed DoP vs plain FIFO, side by side.
+
+    python -m tangram_bench.elastic [--batch 8] [--cores 8] [--seed 1]
+    (the same as: tangram bench coding --mode real
+     --systems tangram,tangram:ersa,fixed-dop-4,celery)
+
+One CPU node worker (real Celery, Redis, bubblewrap sandboxes, audited core allocations) runs
+the same seeded AI-coding batch (the simulator's generator at a smaller scale, see
+:data:`REAL_PARAMS`) once per system:
+
+* ``tangram``: the default ``TANGRAM_SCHEDULER`` (robust), test runs elastic over 1..cores;
+* ``tangram:ersa``: the paper's allocator (``TANGRAM_SCHEDULER=elastic``), the same actions;
+* ``fixed-dop-<k>``: the same scheduler, every test run declaring exactly ``min(k, cores)``
+  cores (a single-option job is admitted FCFS at that count: the fixed-DoP baseline, no
+  node-side policy needed);
+* ``celery``: ``TANGRAM_SCHEDULER=fcfs-min``, every action at one core, strict FIFO.
+
+Test runs emulate their work by sleeping T1/S(m) for the m cores they really got (see
+:mod:`tangram_bench.emulation`); exec actions sleep their duration on one core.
+
+What each system submits is in :mod:`.actions`, the run in :mod:`.run`.
+"""
+
+from __future__ import annotations
+
+from tangram_bench.elastic.actions import real_workload, scheduler_for
+from tangram_bench.elastic.run import run_real
+
+__all__ = [
+    "real_workload",
+    "run_real",
+    "scheduler_for",
+]

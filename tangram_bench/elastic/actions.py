@@ -1,0 +1,77 @@
+"""What each real-stack system submits (pure): the scaled AI-coding batch, the node scheduler,
+every trajectory's emulated actions."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from tangram_bench.emulation import emulated_exec, emulated_test_run
+from tangram_bench.workloads import CodingParams, Workload, coding
+from tangram_bench.workloads.model import ActionSpec
+from tangram_celery.action import Action
+from tangram_celery.settings import Settings
+
+REAL_PARAMS = CodingParams(
+    turns=(2, 4), think_median_s=0.3, think_sigma=0.5, exec_median_s=0.05, exec_sigma=1.0,
+    exec_range_s=(0.001, 1.0), test_median_s=2.5, test_sigma=0.5, test_range_s=(0.5, 10.0),
+)
+"""The AI-coding shape scaled to a laptop: fewer turns, shorter think and exec, short tests."""
+TRAJECTORY_MEMORY_MB = 128.0
+"""Memory each emulated trajectory reserves on its node (its actions only sleep), so that a
+node's default memory holds dozens of trajectories."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a trajectory: think for ``think_s``, then run ``action``."""
+
+    think_s: float
+    action: Action
+
+
+def real_workload(batch: int, seed: int, cores: int) -> Workload:
+    """The seeded AI-coding batch at the real-stack scale, test runs over 1..cores."""
+    return coding(batch, seed, replace(REAL_PARAMS, max_units=cores))
+
+
+WORKER_SCHEDULERS = {"robust": "robust", "ersa": "elastic"}
+"""The node worker's ``TANGRAM_SCHEDULER`` for each simulator policy the real stack can run."""
+
+
+def scheduler_for(system: str) -> str:
+    """The node scheduler (``TANGRAM_SCHEDULER``) a real-stack system runs with: ``tangram`` the
+    default one, ``tangram:ersa`` the paper's allocator (as fixed DoP does), ``celery`` FIFO."""
+    if system == "celery":
+        return "fcfs-min"
+    if system == "tangram":
+        return Settings.from_env({}).node.scheduler
+    if system.startswith("tangram:") and system.split(":", 1)[1] in WORKER_SCHEDULERS:
+        return WORKER_SCHEDULERS[system.split(":", 1)[1]]
+    if re.fullmatch(r"fixed-dop-\d+", system):
+        return "elastic"
+    raise ValueError(f"the real stack runs tangram, tangram:{{{','.join(WORKER_SCHEDULERS)}}}, "
+                     f"fixed-dop-<k> or celery, not {system!r}")
+
+
+def action_for(spec: ActionSpec, trajectory_id: str, system: str, cores: int) -> Action:
+    """The emulated action of ``spec`` as ``system`` submits it."""
+    if spec.kind != "test_run":
+        action = emulated_exec(trajectory_id, spec.t1)
+    else:
+        fixed = re.fullmatch(r"fixed-dop-(\d+)", system)
+        low = min(int(fixed.group(1)), cores) if fixed else 1
+        high = low if fixed else cores
+        action = emulated_test_run(trajectory_id, round(spec.t1, 3), round(spec.parallel, 3),
+                                   high, min_units=low, declare=False,
+                                   signature=spec.signature or "emulated-tests")
+    return replace(action, trajectory_memory_mb=TRAJECTORY_MEMORY_MB)
+
+
+def steps_for(workload: Workload, system: str, cores: int, tag: str) -> list[list[Step]]:
+    """Every trajectory's steps, with ids made unique by ``tag``."""
+    return [
+        [Step(spec.think_s, action_for(spec, f"{tag}-{t.id}", system, cores))
+         for spec in t.actions]
+        for t in workload.trajectories
+    ]

@@ -1,8 +1,0 @@
-"""``python -m tangram_celery.bench.reward``: the reward-serving benchmark's command."""
-
-from __future__ import annotations
-
-from tangram_celery.bench.reward.cli import main
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -171,14 +171,12 @@ class TangramClient:
         node starts those it holds as cores allow. Submit an action that depends on another's
         files after that one's result, as an agent's next step would.
         """
+        self._first_contact()
         submitted = self.clock.now()
         body = action.to_json() if isinstance(action, Action) else dict(action)
         body["submitted_at"] = submitted
         checked = parse_action(body, self._limits)
         try:
-            if not self._reached:
-                self._redis.ping()
-                self._reached = True
             if checked.pool == "cpu" and self._waitlist.holds(checked.trajectory_id):
                 return self._park(checked, None, submitted)
             decided = self._router.route(checked)
@@ -191,6 +189,21 @@ class TangramClient:
         except (redis.ConnectionError, redis.TimeoutError, OperationalError) as exc:
             raise broker_error(self.settings.broker.redis_url, exc) from None
         return ActionHandle(checked, decided.queue, submitted, published, self)
+
+    def _first_contact(self) -> None:
+        """Ping Redis once, without retries, before the first action: a broker that was never
+        reached is a wrong URL or a stack not started, and says so at once. Once reached, a
+        lost connection is retried for ``TANGRAM_REDIS_RETRY_S`` (a restart or a failover)."""
+        if self._reached:
+            return
+        probe = connect(self.settings.broker, retry_s=0.0)
+        try:
+            probe.ping()
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise broker_error(self.settings.broker.redis_url, exc) from None
+        finally:
+            probe.close()
+        self._reached = True
 
     def _park(self, action: Action, wait: MemoryWait | None, submitted: float) -> ActionHandle:
         """Hand an action to the memory line; its handle's result waits for it."""

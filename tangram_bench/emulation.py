@@ -8,6 +8,8 @@ audited); only the work inside is a sleep, so a 2-core machine can stand in for 
 
 from __future__ import annotations
 
+from typing import Any
+
 from tangram_celery.action import Action
 from tangram_celery.client import command_action, test_run_action
 
@@ -41,7 +43,9 @@ def emulated_test_run(
                            cpu=(min_units, max_units), **fields)
 
 
-def emulated_exec(trajectory_id: str, seconds: float) -> Action:
-    """A short inelastic exec action lasting ``seconds`` on one core."""
-    return command_action(trajectory_id, f"sleep {seconds:.3f}", t1=max(seconds, 1e-3),
-                          signature="emulated-exec")
+def emulated_exec(trajectory_id: str, seconds: float, *, declare: bool = True) -> Action:
+    """A short inelastic exec action lasting ``seconds`` on one core; with ``declare`` it
+    states that duration (an oracle), else the node learns it from the signature."""
+    declared: dict[str, Any] = {"t1": max(seconds, 1e-3)} if declare else {}
+    return command_action(trajectory_id, f"sleep {seconds:.3f}", signature="emulated-exec",
+                          **declared)

@@ -2,7 +2,7 @@
 
     python -m tangram_bench.elastic [--batch 8] [--cores 8] [--seed 1]
     (the same as: tangram bench coding --mode real
-     --systems tangram,tangram:ersa,fixed-dop-4,celery)
+     --systems tangram,tangram:ersa,fixed-dop-4,fcfs-min,celery)
 
 One CPU node worker (real Celery, Redis, bubblewrap sandboxes, audited core allocations) runs
 the same seeded AI-coding batch (the simulator's generator at a smaller scale, see
@@ -13,10 +13,14 @@ the same seeded AI-coding batch (the simulator's generator at a smaller scale, s
 * ``fixed-dop-<k>``: the same scheduler, every test run declaring exactly ``min(k, cores)``
   cores (a single-option job is admitted FCFS at that count: the fixed-DoP baseline, no
   node-side policy needed);
-* ``celery``: ``TANGRAM_SCHEDULER=fcfs-min``, every action at one core, strict FIFO.
+* ``fcfs-min``: tangram's node with ``TANGRAM_SCHEDULER=fcfs-min``, every action at one core,
+  strict FIFO;
+* ``celery``: a stock Celery worker (prefork, one process per core) running each action's
+  command in a plain subprocess, no tangram code in its path (:mod:`.stock`).
 
 Test runs emulate their work by sleeping T1/S(m) for the m cores they really got (see
-:mod:`tangram_bench.emulation`); exec actions sleep their duration on one core.
+:mod:`tangram_bench.emulation`); exec actions sleep their duration on one core. No action
+declares its duration: tangram's node learns them by signature.
 
 What each system submits is in :mod:`.actions`, the run in :mod:`.run`.
 """

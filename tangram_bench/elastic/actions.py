@@ -35,14 +35,18 @@ def real_workload(batch: int, seed: int, cores: int) -> Workload:
     return coding(batch, seed, replace(REAL_PARAMS, max_units=cores))
 
 
+FIFO_ON_NODE = "fcfs-min"
+"""The system that runs tangram's node worker with FIFO at one core per action (what the
+``celery`` system was before it ran on a stock Celery worker)."""
 WORKER_SCHEDULERS = {"robust": "robust", "ersa": "elastic"}
 """The node worker's ``TANGRAM_SCHEDULER`` for each simulator policy the real stack can run."""
 
 
 def scheduler_for(system: str) -> str:
     """The node scheduler (``TANGRAM_SCHEDULER``) a real-stack system runs with: ``tangram`` the
-    default one, ``tangram:ersa`` the paper's allocator (as fixed DoP does), ``celery`` FIFO."""
-    if system == "celery":
+    default one, ``tangram:ersa`` the paper's allocator (as fixed DoP does), ``fcfs-min`` FIFO
+    at one core each. (``celery`` runs on a stock Celery worker, not on a node.)"""
+    if system == FIFO_ON_NODE:
         return "fcfs-min"
     if system == "tangram":
         return Settings.from_env({}).node.scheduler
@@ -51,13 +55,13 @@ def scheduler_for(system: str) -> str:
     if re.fullmatch(r"fixed-dop-\d+", system):
         return "elastic"
     raise ValueError(f"the real stack runs tangram, tangram:{{{','.join(WORKER_SCHEDULERS)}}}, "
-                     f"fixed-dop-<k> or celery, not {system!r}")
+                     f"fixed-dop-<k> or {FIFO_ON_NODE} on a node, not {system!r}")
 
 
 def action_for(spec: ActionSpec, trajectory_id: str, system: str, cores: int) -> Action:
     """The emulated action of ``spec`` as ``system`` submits it."""
     if spec.kind != "test_run":
-        action = emulated_exec(trajectory_id, spec.t1)
+        action = emulated_exec(trajectory_id, spec.t1, declare=False)
     else:
         fixed = re.fullmatch(r"fixed-dop-(\d+)", system)
         low = min(int(fixed.group(1)), cores) if fixed else 1

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tangram_bench.elastic.actions import Step, scheduler_for, steps_for
+from tangram_bench.elastic.stock import run_stock
 from tangram_bench.sim.record import ActionRecord, RunResult
 from tangram_bench.workloads import Workload
 from tangram_bench.workloads.model import ActionSpec
@@ -79,7 +80,10 @@ def run_real(workload: Workload, system: str, cores: int, point: dict[str, objec
              settings: Settings | None = None) -> RunResult:
     """Run ``workload`` on a fresh local cluster: one node worker of ``cores`` on the Redis of
     ``settings``, or, without settings, on a private embedded Redis (so no state of other runs
-    or users of a shared Redis can leak in)."""
+    or users of a shared Redis can leak in). ``celery`` runs on a stock Celery worker instead
+    (:mod:`.stock`)."""
+    if system == "celery":
+        return run_stock(workload, cores, point, tick, settings)
     scheduler = scheduler_for(system)
     tag = f"{system}-{int(time.time() * 1000) % 10**9}"
     batch = steps_for(workload, system, cores, tag)

@@ -14,7 +14,9 @@
   calls FCFS as in the paper.
 * ``celery``: plain Celery: FIFO, one queue per node with concurrency = cores, every action at
   one unit, no elasticity (the same routing and FCFS admission, ``TANGRAM_SCHEDULER=fcfs-min``);
-  no cross-worker API quota, so API calls retry on rejection with backoff.
+  no cross-worker API quota, so API calls retry on rejection with backoff. ``fcfs-min`` is
+  the same in the simulator (on the real stack it is tangram's node in that mode, and
+  ``celery`` a stock Celery worker).
 * ``static``: per-trajectory pods on CPU (:mod:`.pods`), static GPU services (:mod:`.services`),
   direct API calls with retries (:mod:`.quota`). ``static-n4``: the same with the test run
   using ``pytest -n 4`` inside its 4-core limit. ``static-tp<k>``: the same with the paper's GPU
@@ -103,7 +105,7 @@ def system(name: str, default_policy: str = DEFAULT_POLICY) -> System:
     if fixed:
         return System(name, True, FixedDop(int(fixed.group(1))), BASELINE_POLICY,
                       gpu_baseline, cache_aware=cache)
-    if name in ("celery", "celery:cache"):
+    if name in ("celery", "celery:cache", "fcfs-min"):
         return System(name, True, Minimum(), BASELINE_POLICY, gpu_baseline, quota=False,
                       cache_aware=cache)
     if name == "static":
@@ -114,7 +116,7 @@ def system(name: str, default_policy: str = DEFAULT_POLICY) -> System:
     if layout and int(layout.group(1)) > 0:
         return System(name, False, tp=int(layout.group(1)))
     raise ValueError(f"unknown system {name!r}; use tangram[:policy], fixed-dop-<k>[:cache], "
-                     "celery[:cache], static, static-n4 or static-tp<k>")
+                     "celery[:cache], fcfs-min, static, static-n4 or static-tp<k>")
 
 
 def backends(workload: Workload, chosen: System, cluster: Cluster, costs: Costs,

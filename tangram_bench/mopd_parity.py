@@ -2,7 +2,12 @@
 baseline, and every pooled baseline with and without cache awareness.
 
     tangram bench mopd-parity [--seeds 1,2,3] [--batch 512] [--gpus 8,16,24,32,40]
+                              [--durations learned|oracle|noisy:S]
                               [--load-init-s S --restore-gbps R --tag T] [--out docs]
+
+The pooled systems' GPU policies learn each teacher's service time per DoP from the calls they
+served (``--durations learned``, the default); ``oracle`` tells them every call's exact time
+(an ablation), ``noisy:S`` the exact time with a log-normal error.
 
 Per seed (the same seeded MOPD workload for every system, control-plane costs charged):
 
@@ -36,6 +41,7 @@ from tangram_bench.mopd_tables import Run, parity_section
 from tangram_bench.report import publish
 from tangram_bench.sim.cluster import Cluster
 from tangram_bench.sim.costs import PRESETS
+from tangram_bench.sim.durations import DEFAULT_DURATIONS, parse_durations
 from tangram_bench.sim.services import tp_layout
 from tangram_bench.sim.systems import simulate
 from tangram_bench.workloads import mopd
@@ -45,6 +51,7 @@ ORACLE = "static"
 POOLED = ("fixed-dop-4", "fixed-dop-4:cache", "fixed-dop-8", "fixed-dop-8:cache", "celery",
           "celery:cache")
 COSTS = "cp"
+ABLATION = " (an ablation: the default, learned, is what a real pool can do)"
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,7 @@ class Task:
     batch: int
     load_init_s: float
     restore_gbps: float
+    durations: str = DEFAULT_DURATIONS
 
 
 def run_one(task: Task) -> Run:
@@ -64,7 +72,8 @@ def run_one(task: Task) -> Run:
     workload = mopd(task.batch, task.seed)
     cluster = Cluster(gpu_nodes=task.gpus // 8, load_init_s=task.load_init_s,
                       restore_gbps=task.restore_gbps)
-    result = simulate(workload, task.system, cluster, PRESETS[COSTS], seed=task.seed)
+    result = simulate(workload, task.system, cluster, PRESETS[COSTS], seed=task.seed,
+                      durations=parse_durations(task.durations))
     acts = [r.total for r in result.records]
     return Run(task.system, task.seed, int(result.capacity.get("gpu", task.gpus)),
                statistics.fmean(acts), sum(r.loaded for r in result.records),
@@ -79,7 +88,8 @@ def tasks(args: argparse.Namespace) -> list[Task]:
     made = []
     for seed in args.seeds:
         def task(system: str, gpus: int, seed: int = seed) -> Task:
-            return Task(system, seed, gpus, args.batch, args.load_init_s, args.restore_gbps)
+            return Task(system, seed, gpus, args.batch, args.load_init_s, args.restore_gbps,
+                        args.durations)
 
         made += [task("tangram", gpus) for gpus in args.gpus]
         made += [task(ORACLE, top), task(PAPER, paper_gpus)]
@@ -113,10 +123,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--pooled", type=lambda t: tuple(t.split(",")), default=POOLED)
     parser.add_argument("--load-init-s", type=float, default=Cluster.load_init_s)
     parser.add_argument("--restore-gbps", type=float, default=Cluster.restore_gbps)
+    parser.add_argument("--durations", type=_durations, default=DEFAULT_DURATIONS,
+                        help="what the pooled GPU policies are told of durations: learned "
+                             "online per teacher and DoP (default), learned:node, oracle "
+                             "(exact: an ablation) or noisy:SIGMA")
     parser.add_argument("--jobs", type=int, default=1, help="simulations run in parallel")
     parser.add_argument("--out", type=Path, default=Path("bench-results"))
     parser.add_argument("--tag", default="", help="suffix of the output names (variants)")
     return parser
+
+
+def _durations(text: str) -> str:
+    try:
+        return parse_durations(text).label
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -138,7 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup = (f"Simulated MOPD (`mopd` workload, batch {args.batch} samples per step, 4 steps), "
              f"seeds {', '.join(map(str, args.seeds))}, GPU nodes of 8 x 80 GB, restore "
              f"{args.load_init_s} s + weights at {args.restore_gbps} GB/s per GPU, "
-             f"control-plane costs charged; {len(runs)} runs in "
+             f"control-plane costs charged; durations told to the policies: "
+             f"`{args.durations}`{ABLATION if args.durations != DEFAULT_DURATIONS else ''}; "
+             f"{len(runs)} runs in "
              f"{sum(r.wall_s for r in runs):.0f} s of simulation wall time on this machine.")
     text = parity_section(name, command, setup, runs, max(args.gpus), PAPER, ORACLE,
                           args.pooled)

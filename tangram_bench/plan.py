@@ -2,12 +2,14 @@
 
 A *point* is one setting of the swept knobs (``batch``, ``cores``, ``gpus``, ``parallel``);
 every system runs at every point under every cost preset. Without ``--sweep`` there is one
-point, the defaults.
+point, the defaults. A sweep always runs its base point (the knob at its base value: the
+default or the value given, for ``parallel`` the default mix), and its headline is there, never
+at the end of the sweep that favours one system.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from tangram_bench.sim.cluster import Cluster
@@ -56,25 +58,61 @@ class Point:
                        restore_gbps=given.get("restore_gbps", Cluster.restore_gbps))
 
 
+DEFAULT_MIX = "default mix"
+"""How a sweep table names the base point of the ``parallel`` sweep: the workload's own
+parallel fractions (the coding workload draws each suite's from U(0.5, 0.99))."""
+
+
 def points(base: Point, sweep: str | None, values: tuple[float, ...] | None) -> list[Point]:
-    """The points of a sweep over ``sweep`` (or just ``base``)."""
+    """The points of a sweep over ``sweep`` (or just ``base``), in ascending order of the knob
+    (the default mix first); ``base`` is added when ``values`` lack its value."""
     if sweep is None:
         return [base]
     if sweep not in SWEEPS:
         raise ValueError(f"unknown sweep {sweep!r}; one of {sorted(SWEEPS)}")
     chosen = values or SWEEPS[sweep]
     if sweep == "parallel":
-        return [replace(base, parallel=float(v)) for v in chosen]
-    return [replace(base, **{sweep: int(v)}) for v in chosen]
+        swept = [replace(base, parallel=float(v)) for v in chosen]
+    else:
+        swept = [replace(base, **{sweep: int(v)}) for v in chosen]
+    if all(getattr(p, sweep) != getattr(base, sweep) for p in swept):
+        swept.append(base)
+    unique = {getattr(p, sweep): p for p in swept}
+    return [unique[v] for v in sorted(unique, key=_order)]
 
 
-def headline(all_points: list[Point], base: Point, sweep: str | None) -> Point:
-    """The point the headline tables use: the base value of the swept knob if swept over,
-    else the last point."""
+def _order(value: float | None) -> tuple[bool, float]:
+    return value is not None, value or 0.0
+
+
+def headline(all_points: Sequence[Point], base: Point, sweep: str | None) -> Point:
+    """The point the headline tables use: the base point (the swept knob at its base value);
+    ValueError if the sweep lacks it (:func:`points` always has it)."""
     if sweep is None:
         return all_points[0]
     wanted = getattr(base, sweep)
-    return next((p for p in all_points if getattr(p, sweep) == wanted), all_points[-1])
+    found = next((p for p in all_points if getattr(p, sweep) == wanted), None)
+    if found is None:
+        raise ValueError(f"the {sweep} sweep lacks its base point ({sweep} {wanted})")
+    return found
+
+
+def axis_value(point: Mapping[str, object], axis: str) -> float | None:
+    """The swept knob's value in a summary's point (None: the default mix of ``parallel``)."""
+    value = point.get(axis)
+    return None if value is None else float(value)  # type: ignore[arg-type]
+
+
+def axis_values(all_points: Sequence[Mapping[str, object]], axis: str) -> list[float | None]:
+    """The distinct values of ``axis`` over ``all_points``, in the order of :func:`points`."""
+    return sorted({axis_value(p, axis) for p in all_points}, key=_order)
+
+
+def axis_label(value: float | None) -> str:
+    """How a sweep table names a point's value."""
+    if value is None:
+        return DEFAULT_MIX
+    return str(int(value)) if value.is_integer() else f"{value:g}"
 
 
 def workload_at(name: str, point: Point, seed: int, trace: Workload | None = None) -> Workload:

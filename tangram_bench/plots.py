@@ -11,6 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from tangram_bench.plan import axis_value
 from tangram_bench.summary import ALL, Summary
 
 PARTS = ("queue", "exec", "overhead")
@@ -66,12 +67,14 @@ def breakdown(summaries: Sequence[Summary], path: Path, title: str) -> None:
 
 
 def sweep(summaries: Sequence[Summary], axis: str, path: Path, title: str) -> None:
-    """Mean ACT and external time per trajectory against the swept value, per system."""
+    """Mean ACT and external time per trajectory against the swept value, per system (a
+    point without a value, the default mix of ``parallel``, has no place on the axis)."""
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
     for i, system in enumerate(dict.fromkeys(s.system for s in summaries)):
-        mine = sorted((s for s in summaries if s.system == system),
-                      key=lambda s: float(s.point[axis]))  # type: ignore[arg-type]
-        xs = [float(s.point[axis]) for s in mine]  # type: ignore[arg-type]
+        valued = [(x, s) for s in summaries
+                  if s.system == system and (x := axis_value(s.point, axis)) is not None]
+        mine = [s for _, s in sorted(valued, key=lambda pair: pair[0])]
+        xs = sorted(x for x, _ in valued)
         style = STYLES[i % len(STYLES)]
         left.plot(xs, [s.mean_act for s in mine], marker="o", label=system, linestyle=style)
         right.plot(xs, [s.external for s in mine], marker="o", label=system, linestyle=style)

@@ -10,17 +10,22 @@ them with the range in brackets.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tangram_bench.sim.costs import LABELS, PRESETS, describe
-from tangram_bench.summary import Summary
+from tangram_bench.sim.costs import LABELS, OPERATOR, PRESETS, describe
+from tangram_bench.summary import Summary, from_json
 from tangram_bench.tables import (
+    METRICS,
     comparison_table,
     headline_table,
+    ordered_presets,
+    span,
+    sweep_range,
     sweep_table,
     system_table,
 )
@@ -66,7 +71,8 @@ def section(s: Section) -> str:
     lines += cost_lines(s.costs)
     point = ", ".join(f"{k} {v}" for k, v in s.headline[0].point.items()) if s.headline else ""
     lines += [f"### Headline ratios ({point})", ""]
-    lines += [*headline_table(s.headline, s.costs, LABELS), ""]
+    over = (s.sweep, s.summaries) if s.sweep else None
+    lines += [*headline_table(s.headline, s.costs, LABELS, over), ""]
     lines += ["### Systems side by side", "", *comparison_table(s.headline), ""]
     seeds = list(dict.fromkeys(summary.seed for summary in s.headline))
     which = f", seed {seeds[0]}" if len(seeds) > 1 else ""
@@ -74,7 +80,7 @@ def section(s: Section) -> str:
         label = LABELS.get(summary.costs, summary.costs)
         lines += [f"#### {summary.system}, {label}{which}", "", *system_table(summary), ""]
     if s.sweep:
-        for preset in s.costs:
+        for preset in ordered_presets(s.costs):
             for title, metric in SWEPT:
                 lines += [f"### Sweep over {s.sweep}, {LABELS.get(preset, preset)}: {title}",
                           "", "Each cell: seconds (ratio to tangram, > 1: tangram is faster).",
@@ -96,8 +102,8 @@ def cost_lines(presets: Sequence[str]) -> list[str]:
               f"{', '.join(f'{flag} {value}' for flag, value, _ in describe(PRESETS[p]))} |"
               for p in charged]
     sources = {flag: source for p in charged for flag, _, source in describe(PRESETS[p])}
-    lines += ["", "| flag | source |", "| --- | --- |"]
-    lines += [f"| {flag} | {source} |" for flag, source in sources.items()]
+    lines += ["", "| flag | what an operator would set | source |", "| --- | --- | --- |"]
+    lines += [f"| {flag} | {OPERATOR[flag]} | {source} |" for flag, source in sources.items()]
     return [*lines, ""]
 
 
@@ -125,6 +131,17 @@ def read_sections(bench_dir: Path) -> dict[str, str]:
     return {path.stem: path.read_text() for path in sorted(bench_dir.glob("*.md"))}
 
 
+def read_summaries(bench_dir: Path, names: Sequence[str]) -> dict[str, list[Summary]]:
+    """The summaries ``tangram bench`` wrote beside each section of ``names`` that is a sweep
+    (``<name>.json``)."""
+    found = {}
+    for name in names:
+        path, section = bench_dir / f"{name}.json", bench_dir / f"{name}.md"
+        if path.is_file() and section.is_file() and _SWEEP.search(section.read_text()):
+            found[name] = from_json(json.loads(path.read_text()))
+    return found
+
+
 def publish(out: Path, name: str, text: str) -> None:
     """Write section ``name`` to ``out/bench/name.md``, then rebuild ``out/results.md`` and the
     results block of the README beside ``out`` from every section there."""
@@ -148,6 +165,7 @@ README_METRICS = ("external time per trajectory", "reward ACT (test run / reward
 README_PRESET = "ratio: scheduling effects alone"
 """The ratio column a row reads when the table has it; else its first ratio column."""
 _DURATIONS = re.compile(r"durations told to the policies: `(?P<mode>[^`]+)`")
+_SWEEP = re.compile(r"^Command: `tangram bench [^`]*--sweep (?P<axis>\w+)", re.MULTILINE)
 _RATIO = re.compile(r"^(?P<value>\d+(?:\.\d+)?)x(?:\s|$)")
 
 
@@ -162,6 +180,8 @@ class Headline:
     preset: str
     baseline: str
     ratio: str
+    over: str = "-"
+    """The least and greatest ratio over the sweep's points ("-": not a sweep)."""
 
 
 def _cells(line: str) -> list[str]:
@@ -182,12 +202,13 @@ def headline_rows(text: str) -> tuple[str, list[str], list[list[str]]]:
     return point, table[0] if table else [], table[2:]
 
 
-def brief(name: str, text: str) -> Headline | None:
+def brief(name: str, text: str, summaries: Sequence[Summary] = ()) -> Headline | None:
     """The README row of one section, taken from the section that ``tangram bench`` wrote: in
     its headline table, the first of ``README_METRICS`` it has, in the ``README_PRESET`` column
     (else the first ratio column), the baseline with the lowest ratio (the closest to tangram;
-    "best ..." summary rows are skipped as they repeat a baseline's row). None when the section
-    has no such ratio."""
+    "best ..." summary rows are skipped as they repeat a baseline's row). For a sweep, the
+    range of that ratio over the sweep's points, from the section's ``summaries`` (every
+    point's). None when the section has no such ratio."""
     point, header, rows = headline_rows(text)
     if len(header) < 3:
         return None
@@ -201,8 +222,20 @@ def brief(name: str, text: str) -> Headline | None:
             _, baseline, ratio = min(ratios, key=lambda r: r[0])
             mode = _DURATIONS.search(text)
             return Headline(name, point, mode["mode"] if mode else None, metric, preset,
-                            baseline, ratio)
+                            baseline, ratio, _over(text, summaries, baseline, preset, metric))
     return None
+
+
+def _over(text: str, summaries: Sequence[Summary], baseline: str, preset: str,
+          metric: str) -> str:
+    swept = _SWEEP.search(text)
+    if not swept:
+        return "-"
+    key = next((k for k, label in LABELS.items() if label == preset), preset)
+    measure = dict(METRICS).get(metric)
+    if measure is None:
+        return "n/a"
+    return span(sweep_range(summaries, swept["axis"], baseline, key, measure))
 
 
 def anchor(name: str) -> str:
@@ -215,7 +248,7 @@ def readme_row(h: Headline, docs: str = "docs") -> str:
     at = h.point + (f"; durations `{h.durations}`" if h.durations else "")
     metric = h.metric + (f", {h.preset}" if h.preset else "")
     return (f"| [{h.name}]({docs}/results.md#{anchor(h.name)}) | {at} | {metric} | {h.ratio} "
-            f"| {h.baseline} |")
+            f"| {h.over} | {h.baseline} |")
 
 
 UNSTATED_DURATIONS = (
@@ -225,18 +258,24 @@ UNSTATED_DURATIONS = (
     "figures.")
 """The note under the table when a row's section does not name its durations mode."""
 README_HEADER = ("| benchmark | measured at | metric | tangram vs the closest baseline "
-                 "| closest baseline |", "| --- | --- | --- | --- | --- |")
+                 "| over the sweep's points | closest baseline |",
+                 "| --- | --- | --- | --- | --- | --- |")
 
 
-def readme_results(sections: Mapping[str, str], docs: str = "docs") -> str:
+def readme_results(sections: Mapping[str, str], docs: str = "docs",
+                   summaries: Mapping[str, Sequence[Summary]] | None = None) -> str:
     """The README's results block: one row per section of ``README_SECTIONS`` found in
-    ``sections``, with a pointer to the full report. Generated, never edited by hand."""
+    ``sections`` (``summaries``: each section's, for the range over a sweep's points), with a
+    pointer to the full report. Generated, never edited by hand."""
+    found = summaries or {}
     rows = [h for name in README_SECTIONS if name in sections
-            and (h := brief(name, sections[name])) is not None]
+            and (h := brief(name, sections[name], found.get(name, ()))) is not None]
     body = [f"Generated by `python -m tangram_bench.report` from [{docs}/results.md]"
             f"({docs}/results.md); ratios are baseline / tangram, > 1 means tangram is faster. "
-            "Each row: from that section's headline table, the baseline with the lowest ratio "
-            "(the closest to tangram); (min-max): the range over its seeds.", ""]
+            "Each row: from that section's headline table (taken at the sweep's base point), "
+            "the baseline with the lowest ratio (the closest to tangram); (min-max): the range "
+            "over its seeds; over the sweep's points: that ratio's least and greatest value "
+            "over every point of the section's sweep (-: not a sweep).", ""]
     if rows:
         body += [*README_HEADER, *(readme_row(h, docs) for h in rows)]
         if any(h.durations is None for h in rows):
@@ -260,7 +299,8 @@ def updated_readme(readme: Path, bench_dir: Path) -> tuple[str, str]:
     sections = read_sections(bench_dir)
     docs = bench_dir.parent.relative_to(readme.parent).as_posix()
     old = readme.read_text()
-    return old, replace_readme_block(old, readme_results(sections, docs))
+    block = readme_results(sections, docs, read_summaries(bench_dir, README_SECTIONS))
+    return old, replace_readme_block(old, block)
 
 
 def write_readme(readme: Path, bench_dir: Path) -> bool:

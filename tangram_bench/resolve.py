@@ -145,7 +145,8 @@ def gpu_config(args: argparse.Namespace, point: Point) -> RealGpuConfig:
     return mopd_real.RealGpuConfig(
         gpus=point.gpus, time_scale=scale, think_scale=think,
         load_init_s=given.get("load_init_s", Cluster.load_init_s),
-        restore_gbps=given.get("restore_gbps", Cluster.restore_gbps))
+        restore_gbps=given.get("restore_gbps", Cluster.restore_gbps),
+        durations=getattr(args, "durations", DEFAULT_DURATIONS))
 
 
 def physics(args: argparse.Namespace) -> dict[str, float]:

@@ -40,7 +40,8 @@ def with_measured(args: argparse.Namespace, plan: Plan, results: list[RunResult]
         workload = plan.workload(point, args.seed)
         for real in here:
             run = simulate(workload, real.system, cluster, mopd_config.SIM_COSTS, seed=args.seed,
-                           point=point.as_dict(), default_policy=args.policy)
+                           point=point.as_dict(), default_policy=args.policy,
+                           durations=parse_durations(gpu_config(args, point).durations))
             run.costs, run.seed = mopd_config.MEASURED, args.seed
             added.append(run)
     plan = replace(plan, presets=[*plan.presets, mopd_config.MEASURED])
@@ -67,7 +68,8 @@ def runner(args: argparse.Namespace) -> Runner:
                 return mopd_real.run_real(workload, system, config, point.as_dict(), tick)
             return simulate(workload, system, config.cluster(), mopd_config.SIM_COSTS,
                             seed=seed, point=point.as_dict(), progress=tick,
-                            default_policy=args.policy)
+                            default_policy=args.policy,
+                            durations=parse_durations(config.durations))
         durations = parse_durations(getattr(args, "durations", DEFAULT_DURATIONS))
         if preset == "real":
             return run_real(workload, system, point.cores, point.as_dict(), tick)

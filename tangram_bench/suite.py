@@ -73,9 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "api, dispatch (see sim.costs)")
     parser.add_argument("--policy", default=DEFAULT_POLICY, help="tangram's default policy")
     parser.add_argument("--durations", default=DEFAULT_DURATIONS,
-                        help="sim: what CPU policies are told of durations: learned online "
-                             "from every node (default), learned:node (each node alone), "
-                             "oracle (exact) or noisy:SIGMA (exact times a log-normal error)")
+                        help="what the policies (CPU nodes and the GPU pool) are told of "
+                             "durations: learned online from every pool (default), "
+                             "learned:node (each pool alone), oracle (exact: an ablation) or "
+                             "noisy:SIGMA (exact times a log-normal error); mopd real: "
+                             "learned (calls go without t1 and p) or oracle")
     parser.add_argument("--group", type=int, default=None,
                         help="sim coding: GRPO group size G, rollouts per prompt sharing one "
                              "test suite (default 8, TRL's num_generations)")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -125,3 +126,9 @@ def summarize(result: RunResult, costs: str) -> Summary:
 def ratio(baseline: float, tangram: float) -> float:
     """``baseline / tangram`` (> 1: tangram is faster); NaN when undefined."""
     return baseline / tangram if tangram > 0 else float("nan")
+
+
+def from_json(rows: Sequence[dict[str, Any]]) -> list[Summary]:
+    """Summaries from the JSON ``tangram bench`` writes beside a section (``<name>.json``)."""
+    return [Summary(**{**row, "kinds": tuple(KindStats(**k) for k in row["kinds"])})
+            for row in rows]

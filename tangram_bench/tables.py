@@ -6,6 +6,7 @@ import math
 import statistics
 from collections.abc import Callable, Sequence
 
+from tangram_bench.plan import axis_label, axis_value, axis_values
 from tangram_bench.summary import ALL, Summary, ratio
 
 REWARD_KINDS = ("test_run", "reward")
@@ -118,20 +119,43 @@ def best_fixed(by: BySeed, preset: str, metric: Metric) -> str | None:
                default=None)
 
 
+FIRST_PRESET = "sched"
+"""The cost preset a headline table shows first: scheduling effects alone."""
+
+
+def ordered_presets(costs: Sequence[str]) -> list[str]:
+    """``costs`` with scheduling effects alone first, the others in their given order."""
+    return sorted(costs, key=lambda preset: preset != FIRST_PRESET)
+
+
+def range_header(axis: str, label: str) -> str:
+    """The header of a headline table's column of ratios over a sweep's points."""
+    return f"over the {axis} points: {label}"
+
+
 def headline_table(summaries: Sequence[Summary], costs: Sequence[str],
-                   labels: dict[str, str]) -> list[str]:
-    """Ratios baseline / tangram for each metric, one column per cost preset: the mean over
-    the seeds of each seed's ratio, and their range; then the best fixed DoP's (least
-    external time, resp. step time, over the seeds) with its name."""
+                   labels: dict[str, str],
+                   sweep: tuple[str, Sequence[Summary]] | None = None) -> list[str]:
+    """Ratios baseline / tangram for each metric, one column per cost preset (scheduling
+    effects alone first): the mean over the seeds of each seed's ratio, and their range; then
+    the best fixed DoP's (least external time, resp. step time, over the seeds) with its name.
+    With ``sweep`` (the swept knob and every point's summaries), a column per preset gives the
+    least and greatest ratio over the sweep's points (:func:`sweep_range`)."""
+    costs = ordered_presets(costs)
     by = by_seed(summaries)
     baselines = list(dict.fromkeys(s.system for s in summaries if s.system != REFERENCE))
     header = ["baseline", "metric", *(f"ratio: {labels.get(c, c)}" for c in costs)]
+    if sweep:
+        header += [range_header(sweep[0], labels.get(c, c)) for c in costs]
     rows = []
     for baseline in baselines:
         for name, metric in METRICS:
             cells = [spread(seed_ratios(by.get((baseline, preset)), by.get((REFERENCE, preset)),
                                         metric), times=True) for preset in costs]
             if any(c != "n/a" for c in cells):
+                if sweep:
+                    cells += [span(sweep_range(sweep[1], sweep[0], baseline, preset, metric))
+                              for preset in costs]
                 rows.append([baseline, name, *cells])
     for name, metric in (METRICS[0], STEP):
         cells = []
@@ -141,7 +165,7 @@ def headline_table(summaries: Sequence[Summary], costs: Sequence[str],
                                  by.get((REFERENCE, preset)), metric)
             cells.append(f"{spread(ratios, times=True)}, {best}" if ratios else "n/a")
         if any(c != "n/a" for c in cells):
-            rows.append(["best fixed DoP", name, *cells])
+            rows.append(["best fixed DoP", name, *cells, *(["n/a"] * len(costs) if sweep else [])])
     return _table(header, rows)
 
 
@@ -164,15 +188,15 @@ def sweep_table(summaries: Sequence[Summary], axis: str, preset: str,
     ratio to tangram in brackets, then the best fixed DoP's ratio."""
     chosen = [s for s in summaries if s.costs == preset]
     systems = list(dict.fromkeys(s.system for s in chosen))
-    points = sorted({s.point[axis] for s in chosen}, key=float)  # type: ignore[arg-type]
-    per_point = {point: by_seed([s for s in chosen if s.point[axis] == point])
+    points = axis_values([s.point for s in chosen], axis)
+    per_point = {point: by_seed([s for s in chosen if axis_value(s.point, axis) == point])
                  for point in points}
     fixed = any(name.startswith("fixed-dop-") for name in systems)
     rows = []
     for point in points:
         by = per_point[point]
         ref = by.get((REFERENCE, preset))
-        cells = [str(point)]
+        cells = [axis_label(point)]
         for system in systems:
             mine = by.get((system, preset))
             if mine is None:
@@ -188,6 +212,27 @@ def sweep_table(summaries: Sequence[Summary], axis: str, preset: str,
             cells.append(f"{spread(ratios, times=True)}, {best}" if ratios else "n/a")
         rows.append(cells)
     return _table([axis, *systems, *(["best fixed DoP"] if fixed else [])], rows)
+
+
+def sweep_range(summaries: Sequence[Summary], axis: str, baseline: str, preset: str,
+                metric: Metric) -> tuple[float, float] | None:
+    """The least and the greatest, over the sweep's points, of the ratio ``baseline`` /
+    tangram under ``preset`` (at each point the mean of each seed's ratio, as in the headline
+    table); None with fewer than two points where both ran."""
+    chosen = [s for s in summaries if s.costs == preset]
+    means = []
+    for point in axis_values([s.point for s in chosen], axis):
+        by = by_seed([s for s in chosen if axis_value(s.point, axis) == point])
+        ratios = [r for r in seed_ratios(by.get((baseline, preset)), by.get((REFERENCE, preset)),
+                                         metric) if not math.isnan(r)]
+        if ratios:
+            means.append(statistics.fmean(ratios))
+    return (min(means), max(means)) if len(means) >= 2 else None
+
+
+def span(found: tuple[float, float] | None) -> str:
+    """A :func:`sweep_range` as written in a table (``0.90x-1.29x``; ``n/a``: none)."""
+    return "n/a" if found is None else f"{found[0]:.2f}x-{found[1]:.2f}x"
 
 
 def gpu_parity(summaries: Sequence[Summary], preset: str, baseline: str = "static") -> str:

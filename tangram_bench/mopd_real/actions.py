@@ -99,18 +99,22 @@ def layout(workload: Workload, system: str, config: RealGpuConfig) -> list[PoolL
 
 
 def teacher_action(spec: ActionSpec, trajectory_id: str, system: str,
-                   workload: Workload, time_scale: float) -> Action:
+                   workload: Workload, time_scale: float, oracle: bool = False) -> Action:
     """The reward call of ``spec`` as ``system`` submits it: input ``t1`` in the workload's
-    unscaled seconds (the teacher scales it), the action's own ``t1`` and Amdahl elasticity
-    in wall seconds for the scheduler; elastic over the teacher's parallelisms, except on a
-    static replica (its smallest parallelism, on the teacher's own pool)."""
+    unscaled seconds (what the emulated teacher works on; the teacher scales it), named by its
+    teacher (the signature the pool learns under); elastic over the teacher's parallelisms,
+    except on a static replica (its smallest parallelism, on the teacher's own pool). Only
+    with ``oracle`` does it also tell the scheduler its true ``t1`` in wall seconds and its
+    Amdahl elasticity (an ablation); else the pool learns them from what it served."""
     service = workload.service(spec.service)
     static = system == "static"
     gpu: int | dict[str, list[int]] = (service.dops[0] if static
                                        else {"set": list(spec.units)})
+    told: dict[str, object] = ({"t1": spec.t1, "elasticity": {"amdahl": spec.parallel}}
+                               if oracle else {})
     return reward_action(trajectory_id, spec.service, {"t1": spec.t1 / time_scale}, gpu=gpu,
-                         pool=pool_name(spec.service) if static else POOL, t1=spec.t1,
-                         elasticity={"amdahl": spec.parallel}, signature=spec.service)
+                         pool=pool_name(spec.service) if static else POOL,
+                         signature=spec.service, **told)
 
 
 def record_of(result: ActionResult, spec: ActionSpec, trajectory: str, pool: str,

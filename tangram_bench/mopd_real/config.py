@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from tangram_bench.mopd_real.measured import MeasuredCluster, RestoreFit
 from tangram_bench.sim.cluster import Cluster
 from tangram_bench.sim.costs import Costs
+from tangram_bench.sim.durations import DEFAULT_DURATIONS
 from tangram_bench.teachers.model import restore_seconds
 from tangram_bench.teachers.repository import TeacherPhysics
 from tangram_bench.workloads.model import GpuService
@@ -19,6 +20,8 @@ DEFAULT_BATCH = 48
 DEFAULT_GPUS = 24
 DEFAULT_TIME_SCALE = 1.0
 DEFAULT_THINK_SCALE = 0.1
+REAL_DURATIONS = (DEFAULT_DURATIONS, "oracle")
+"""What the real MOPD bench can tell the pools: nothing (they learn), or the truth."""
 POOL = "mopd"
 GPU_MEMORY_MB = int(Cluster.gpu_memory_gb * 1000)
 """Memory per simulated GPU for the manager's bookkeeping, the simulator's (80 GB)."""
@@ -47,8 +50,12 @@ class RealGpuConfig:
     load_init_s: float = Cluster.load_init_s
     restore_gbps: float = Cluster.restore_gbps
     node_size: int = DEFAULT_NODE_SIZE
+    durations: str = DEFAULT_DURATIONS
 
     def __post_init__(self) -> None:
+        if self.durations not in REAL_DURATIONS:
+            raise ValueError(f"--durations {self.durations}: the real MOPD stack takes "
+                             f"{' or '.join(REAL_DURATIONS)}")
         if self.gpus < 1 or self.gpus % self.node_size:
             raise ValueError(f"--gpus {self.gpus}: use a multiple of {self.node_size}")
         if not self.time_scale > 0 or not self.think_scale > 0:

@@ -16,6 +16,14 @@ from tangram_bench.plan import Point
 from tangram_bench.sim.record import RunResult
 from tangram_bench.summary import Summary, ratio
 
+DURATIONS_NOTE = {
+    "learned": "calls go without their duration and elasticity; the pools learn each "
+               "teacher's time per DoP from the calls they served, and so does the simulator",
+    "oracle": "an ablation: every call declares its true t1 and Amdahl fraction, and the "
+              "simulator's policies are told the same",
+}
+"""What each durations mode of the real MOPD bench means, for its setup paragraph."""
+
 
 def setup_text(config: RealGpuConfig, points: Sequence[Point], seed: int,
                results: Sequence[RunResult]) -> str:
@@ -35,7 +43,9 @@ def setup_text(config: RealGpuConfig, points: Sequence[Point], seed: int,
         f"{config.restore_gbps:g} (unscaled). Cross-request batching is off in every pool "
         "(`--no-batching`: the simulator models none). Each system gets a fresh Redis and a "
         f"fresh Triton. Workload `mopd` at points {[p.as_dict() for p in points]} (batch = "
-        f"samples per RL step), seed {seed}; {len(results)} runs in {wall:.0f} s.\n\n"
+        f"samples per RL step), seed {seed}; durations told to the policies: "
+        f"`{config.durations}` ({DURATIONS_NOTE[config.durations]}); {len(results)} runs in "
+        f"{wall:.0f} s.\n\n"
         "Mean ACT and its parts per system (seconds; restores: calls that loaded their "
         "teacher; wall: the timed run):\n\n" + "\n".join(parts_table(results, len(points) > 1)))
 

@@ -169,7 +169,7 @@ def _run_once(workload: Workload, system: str, config: RealGpuConfig,
             before = tuple(len(events) for events in log_events(triton))
             decided = pool_decisions(settings, pools, wait=system == "static")
             actions = {t.id: teacher_action(t.actions[0], f"{tag}-{t.id}", system, workload,
-                                            config.time_scale)
+                                            config.time_scale, config.durations == "oracle")
                        for t in workload.trajectories}
             origin = time.time()
             began_at = time.perf_counter()

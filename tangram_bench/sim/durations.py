@@ -1,13 +1,17 @@
 """What the pooled systems' policies are told an action will take: learned, exact or noisy.
 
+The CPU nodes and the GPU pool alike (the same modes, the same learning code). A GPU call is
+learned under its model (service) and the parallelism (DoP) it ran at: its signature is the
+service's name, so the model fits each service's time per DoP from what the pool served.
+
 * ``learned`` (the default): the cluster starts with no profile and learns per signature from
-  the actions every node has finished, as node workers do when they share what they learn
+  the actions every pool has finished, as node workers do when they share what they learn
   (:class:`~tangram_celery.pools.cpu_pool.SharedDurations`, ``TANGRAM_DURATIONS_SYNC_S``;
   :class:`~tangram_celery.scheduling.DurationModel` with the kind's shape, level and prior of
   :mod:`tangram_celery.scheduling.learned`). The sim shares at once; workers within the sync
   interval;
-* ``learned:node``: each pool (a CPU node) learns alone from its own finished actions (an
-  ablation: workers with ``TANGRAM_DURATIONS_SYNC_S=0``);
+* ``learned:node``: each pool (a CPU node, the GPU pool) learns alone from its own finished
+  actions (an ablation: workers with ``TANGRAM_DURATIONS_SYNC_S=0``);
 * ``oracle``: the exact durations (an ablation: no real scheduler has them);
 * ``noisy:SIGMA``: the exact durations times a log-normal error of log-sigma SIGMA, drawn once
   per action (an ablation: a profile that is right on average).
@@ -23,6 +27,7 @@ from dataclasses import dataclass, field
 
 from tangram_bench.workloads.model import ActionSpec
 from tangram_celery.scheduling import DurationModel, Option
+from tangram_celery.scheduling.estimator import Signature
 from tangram_celery.scheduling.learned import Prior, learn, learned_options
 
 DEFAULT_DURATIONS = "learned"
@@ -65,6 +70,12 @@ def parse_durations(text: str) -> DurationMode:
                      "(SIGMA a non-negative log-sigma, e.g. noisy:0.7)")
 
 
+def signature(spec: ActionSpec) -> Signature:
+    """What a duration model learns ``spec`` under: its kind, and its service (the GPU model
+    or API) and submitter's signature where it has them."""
+    return spec.kind, "/".join(part for part in (spec.service, spec.signature) if part)
+
+
 @dataclass
 class Durations:
     """The durations a backend's policies see: for ``learned``, one duration model for the
@@ -84,13 +95,13 @@ class Durations:
         if self.mode.kind == "noisy":
             error = math.exp(random.Random(f"{self.seed}:{job_id}").gauss(0.0, self.mode.sigma))
             return tuple((m, None if d is None else d * error) for m, d in exact)
-        return learned_options(self._model(pool), (spec.kind, spec.signature),
-                               [m for m, _ in exact], self.prior)
+        return learned_options(self._model(pool), signature(spec), [m for m, _ in exact],
+                               self.prior)
 
     def observe(self, pool: int, spec: ActionSpec, units: int, seconds: float) -> None:
         """A pool finished an action that ran ``seconds`` on ``units`` units."""
         if self.mode.kind == "learned":
-            learn(self._model(pool), (spec.kind, spec.signature), units, seconds, self.prior)
+            learn(self._model(pool), signature(spec), units, seconds, self.prior)
 
     def _model(self, pool: int) -> DurationModel:
         return self.models.setdefault(pool if self.mode.per_node else 0, DurationModel())

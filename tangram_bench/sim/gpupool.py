@@ -28,6 +28,7 @@ from functools import partial
 
 from tangram_bench.sim.cluster import Cluster
 from tangram_bench.sim.costs import Costs
+from tangram_bench.sim.durations import Durations
 from tangram_bench.sim.policy import PolicyFactory, Shape, policy_factory
 from tangram_bench.sim.pooled import Launch, PooledBackend, UnitPool
 from tangram_bench.workloads.model import ActionSpec, Workload
@@ -166,12 +167,15 @@ class Residency:
 
 
 class GpuPooled(PooledBackend):
-    """The GPU backend of the pooled systems: one pool of every GPU."""
+    """The GPU backend of the pooled systems: one pool of every GPU. Its policy sees the
+    durations ``durations`` gives (learned per model and DoP from what the pool served, by
+    default; :mod:`.durations`)."""
 
     resource = "gpu"
 
     def __init__(self, workload: Workload, cluster: Cluster, shape: Shape,
-                 policy: PolicyFactory, costs: Costs, cache_aware: bool = False) -> None:
+                 policy: PolicyFactory, costs: Costs, cache_aware: bool = False,
+                 durations: Durations | None = None) -> None:
         total, size = cluster.gpus, cluster.gpus_per_node
         self.residency = Residency(workload, cluster, cache_aware=cache_aware)
         services = services_of(workload, cluster)
@@ -183,7 +187,8 @@ class GpuPooled(PooledBackend):
 
         pool = UnitPool("gpu", range(total), view, policy(), self.residency)
         self.residency.running = lambda: pool.running.values()
-        super().__init__(workload, shape, costs.dispatch_s, [pool])
+        super().__init__(workload, shape, costs.dispatch_s, [pool],
+                         durations or Durations())
 
     def used(self, launch: Launch, finished: float) -> float:
         """GPU-seconds busy running (not restoring)."""

@@ -121,8 +121,8 @@ def system(name: str, default_policy: str = DEFAULT_POLICY) -> System:
 
 def backends(workload: Workload, chosen: System, cluster: Cluster, costs: Costs,
              seed: int, durations: DurationMode | None = None) -> dict[str, Backend]:
-    """One backend per pool type the workload uses; CPU nodes' policies see ``durations``
-    (default: learned online, see :mod:`.durations`)."""
+    """One backend per pool type the workload uses; the policies of CPU nodes and of the GPU
+    pool see ``durations`` (default: learned online, see :mod:`.durations`)."""
     seen = Durations(durations or DurationMode(), seed)
     pools = {a.pool for t in workload.trajectories for a in t.actions}
     built: dict[str, Backend] = {}
@@ -132,7 +132,7 @@ def backends(workload: Workload, chosen: System, cluster: Cluster, costs: Costs,
         makers: dict[str, Callable[[], Backend]] = {
             "cpu": lambda: CpuNodes(workload, cluster, chosen.shape, factory, costs, seen),
             "gpu": lambda: GpuPooled(workload, cluster, chosen.shape, gpu, costs,
-                                     chosen.cache_aware),
+                                     chosen.cache_aware, seen),
             "api": lambda: (ApiQuota(workload, cluster, costs, chosen.api_bypass_s)
                             if chosen.quota else
                             ApiDirect(workload, cluster, costs, seed, costs.dispatch_s)),
@@ -154,7 +154,8 @@ def simulate(workload: Workload, name: str, cluster: Cluster, costs: Costs, *, s
              default_policy: str = DEFAULT_POLICY, durations: DurationMode | None = None
              ) -> RunResult:
     """Run system ``name`` on ``workload``; the result holds every action's record. The
-    policies of CPU nodes see ``durations`` (default: learned online, :mod:`.durations`)."""
+    policies of CPU nodes and of the GPU pool see ``durations`` (default: learned online,
+    :mod:`.durations`)."""
     chosen = system(name, default_policy)
     result = RunResult(name, workload.name, dict(point or {}))
     began = time.perf_counter()

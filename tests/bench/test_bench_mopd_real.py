@@ -115,8 +115,8 @@ def test_systems_layouts_and_actions() -> None:
     assert len(ids) == len(set(ids)) and set(ids) <= set(range(24))
     spec = next(t.actions[0] for t in workload.trajectories
                 if t.actions[0].service == "dense-70b")
-    pooled = teacher_action(spec, "t", "tangram", workload, SCALE)
-    fixed = teacher_action(spec, "t", "static", workload, SCALE)
+    pooled = teacher_action(spec, "t", "tangram", workload, SCALE, oracle=True)
+    fixed = teacher_action(spec, "t", "static", workload, SCALE, oracle=True)
     assert pooled.units().allowed_units() == (4, 8) and pooled.payload["pool"] == POOL
     assert fixed.units().allowed_units() == (4,)
     assert fixed.payload["pool"] == pool_name("dense-70b") == "static-dense-70b"
@@ -124,6 +124,36 @@ def test_systems_layouts_and_actions() -> None:
     assert pooled.t1 == spec.t1 and pooled.expected_duration(8) == pytest.approx(
         spec.duration(8))
     assert pool_name("code-1.5b") == "static-code-1_5b"
+
+
+@pytest.mark.parametrize(("system", "oracle"), [("tangram", False), ("static", False),
+                                                ("celery", False), ("tangram", True),
+                                                ("static", True)])
+def test_a_call_tells_its_duration_and_elasticity_only_under_the_oracle(
+        system: str, oracle: bool) -> None:
+    workload = real_workload(8, 1, SCALE)
+    spec = workload.trajectories[0].actions[0]
+    action = teacher_action(spec, "t", system, workload, SCALE, oracle=oracle)
+    body = action.to_json()
+    told = {key for key in ("t1", "elasticity") if body.get(key) is not None}
+    assert told == ({"t1", "elasticity"} if oracle else set())
+    assert (action.t1 is not None, action.elasticity is not None) == (oracle, oracle)
+    assert action.payload["inputs"] == {"t1": pytest.approx(spec.t1 / SCALE)}, (
+        "the teacher's work, not a hint to the scheduler")
+    assert action.signature == spec.service
+    assert (action.expected_duration(spec.units[0]) is not None) is oracle
+
+
+@pytest.mark.parametrize(("durations", "error"), [("learned", ""), ("oracle", ""),
+                                                  ("noisy:0.5", "learned or oracle"),
+                                                  ("learned:node", "learned or oracle")])
+def test_the_real_mopd_config_takes_learned_or_oracle(durations: str, error: str) -> None:
+    if error:
+        with pytest.raises(ValueError, match=error):
+            RealGpuConfig(durations=durations)
+    else:
+        assert RealGpuConfig(durations=durations).durations == durations
+    assert RealGpuConfig().durations == "learned"
 
 
 def test_scaling_multiplies_every_time_and_the_llm_side_again() -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from tangram_bench import report
 from tangram_bench.suite import main as bench_main
+from tangram_bench.summary import Summary
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,11 +53,31 @@ def test_a_row_is_the_closest_baseline_in_the_preferred_preset_column() -> None:
     assert row == report.Headline(
         name="coding-sim-batch", point="batch 1280, cores 1280, gpus 40", durations="oracle",
         metric="external time per trajectory", preset="scheduling effects alone",
-        baseline="fixed-dop-4", ratio="0.94x (0.92-0.97)")
+        baseline="fixed-dop-4", ratio="0.94x (0.92-0.97)", over="n/a")
     assert report.readme_row(row) == (
         "| [coding-sim-batch](docs/results.md#coding-sim-batch) | batch 1280, cores 1280, gpus 40;"
         " durations `oracle` | external time per trajectory, scheduling effects alone "
-        "| 0.94x (0.92-0.97) | fixed-dop-4 |")
+        "| 0.94x (0.92-0.97) | n/a | fixed-dop-4 |")
+
+
+def summary(system: str, batch: int, external: float) -> Summary:
+    return Summary(system=system, costs="sched", point={"batch": batch, "cores": 1280},
+                   kinds=(), external=external, trajectory=external, makespan=1.0, step=1.0,
+                   reserved=0.0, used=0.0, decide_calls=0, decide_ms=0.0, sched_share=0.0,
+                   seed=1)
+
+
+def test_a_sweep_row_gives_the_range_over_the_sweeps_points_from_its_summaries() -> None:
+    found = [summary("tangram", 256, 10.0), summary("fixed-dop-4", 256, 8.0),
+             summary("tangram", 1280, 10.0), summary("fixed-dop-4", 1280, 9.4),
+             summary("tangram", 2048, 10.0), summary("fixed-dop-4", 2048, 13.0),
+             summary("static", 256, 30.0)]
+    row = report.brief("coding-sim-batch", SECTION, found)
+    assert row is not None and (row.baseline, row.ratio) == ("fixed-dop-4", "0.94x (0.92-0.97)")
+    assert row.over == "0.80x-1.30x"
+    assert "| 0.94x (0.92-0.97) | 0.80x-1.30x | fixed-dop-4 |" in report.readme_row(row)
+    parity = report.brief("mopd-sim-parity", PARITY, found)
+    assert parity is not None and parity.over == "-", "not a sweep"
 
 
 def test_a_section_without_external_time_shows_reward_act_and_no_invented_mode() -> None:
@@ -100,8 +121,8 @@ def test_the_anchor_is_the_heading_slug() -> None:
 def test_a_bench_run_rewrites_the_readme_block_from_its_section(tmp_path: Path) -> None:
     (tmp_path / "README.md").write_text(
         f"# x\n\nbefore\n\n{report.README_BEGIN}\nold\n{report.README_END}\n\nafter\n")
-    assert bench_main(["coding", "--sweep", "batch", "--points", "4,8", "--cores", "256",
-                       "--systems", "tangram,static", "--costs", "sched",
+    assert bench_main(["coding", "--sweep", "batch", "--points", "4,8", "--batch", "8",
+                       "--cores", "256", "--systems", "tangram,static", "--costs", "sched",
                        "--out", str(tmp_path / "docs")]) == 0
     text = (tmp_path / "README.md").read_text()
     block = text.split(report.README_BEGIN)[1].split(report.README_END)[0]
@@ -109,7 +130,7 @@ def test_a_bench_run_rewrites_the_readme_block_from_its_section(tmp_path: Path) 
     assert "old" not in block
     assert "| [coding-sim-batch](docs/results.md#coding-sim-batch) |" in block
     assert "| external time per trajectory, scheduling effects alone |" in block
-    assert block.rstrip().endswith("| static |")
+    assert block.rstrip().endswith("x | static |"), "the range over the sweep's points"
     assert report.main(["--check", "--root", str(tmp_path)]) == 0
     (tmp_path / "README.md").write_text(text.replace("| static |", "| edited |", 1))
     assert report.main(["--check", "--root", str(tmp_path)]) == 1

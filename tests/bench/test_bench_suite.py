@@ -37,9 +37,9 @@ def test_single_point_writes_every_output(tmp_path: Path) -> None:
 
 
 def test_sweep_table_and_plot(tmp_path: Path) -> None:
-    code = main(["coding", "--sweep", "batch", "--points", "4,8", "--cores", "256",
-                 "--systems", "tangram,fixed-dop-4", "--costs", "sched", "--out",
-                 str(tmp_path)])
+    code = main(["coding", "--sweep", "batch", "--points", "4,8", "--batch", "8",
+                 "--cores", "256", "--systems", "tangram,fixed-dop-4", "--costs", "sched",
+                 "--out", str(tmp_path)])
     assert code == 0
     assert (tmp_path / "bench" / "coding-sim-batch-sweep.png").stat().st_size > 0
     text = (tmp_path / "bench" / "coding-sim-batch.md").read_text()
@@ -70,8 +70,9 @@ def test_seeds_give_every_figure_as_a_mean_and_range(tmp_path: Path) -> None:
 
 
 def test_gpu_sweep_skips_what_cannot_fit(tmp_path: Path) -> None:
-    code = main(["mopd", "--sweep", "gpus", "--points", "8,24", "--batch", "8", "--systems",
-                 "tangram,static", "--costs", "sched", "--out", str(tmp_path)])
+    code = main(["mopd", "--sweep", "gpus", "--points", "8,24", "--gpus", "24",
+                 "--batch", "8", "--systems", "tangram,static", "--costs", "sched",
+                 "--out", str(tmp_path)])
     assert code == 0
     summaries = json.loads((tmp_path / "bench" / "mopd-sim-gpus.json").read_text())
     assert {(s["system"], s["point"]["gpus"]) for s in summaries} == {

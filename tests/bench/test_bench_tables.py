@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
+
 from tangram_bench.report import cost_lines
 from tangram_bench.summary import Summary
 from tangram_bench.tables import (
     comparison_table,
     headline_table,
+    ordered_presets,
+    span,
     spread,
+    sweep_range,
     sweep_table,
 )
 
@@ -57,5 +64,54 @@ def test_each_single_cost_preset_names_its_flag_and_the_flag_its_source() -> Non
     text = "\n".join(cost_lines(["sched", "pods256", "api"]))
     assert "| pod cap 256 per node alone | max_pods_per_node 256 |" in text
     assert "| API rate 5 QPS alone | api_qps 5.0, api_burst 10 |" in text
-    assert "| api_qps | client-side rate limit" in text and "dispatch_s" not in text
+    assert "| api_qps | raised in the client" in text and "| client-side rate limit" in text
+    assert "dispatch_s" not in text
+
+
+def test_the_pod_cap_row_shows_the_default_and_what_an_operator_would_set() -> None:
+    lines = cost_lines(["sched", "cp"])
+    assert "| flag | what an operator would set | source |" in lines
+    [row] = [line for line in lines if line.startswith("| max_pods_per_node |")]
+    operator, source = row.split(" | ")[1:3]
+    assert operator.startswith("256 on a 256-core node") and "default 110" in operator
+    assert "kubelet's default maxPods is 110" in source
+
+
+def test_scheduling_effects_alone_is_the_first_ratio_column_whatever_the_order_given() -> None:
+    runs = [*RUNS, *(replace(r, costs="cp") for r in RUNS)]
+    header = headline_table(runs, ["cp", "sched"], {"sched": "alone", "cp": "cp"})[0]
+    assert header == "| baseline | metric | ratio: alone | ratio: cp |"
+    assert ordered_presets(["pods110", "cp", "sched"]) == ["sched", "pods110", "cp"]
+
+
+SWEPT = [*RUNS, run("tangram", 1, 5.0, 50.0, batch=4), run("fixed-dop-4", 1, 10.0, 50.0, batch=4),
+         run("tangram", 1, 10.0, 50.0, batch=16), run("fixed-dop-4", 1, 9.0, 50.0, batch=16)]
+"""fixed-dop-4 / tangram: 2.00x at batch 4, 1.35x (seeds 1.20, 1.50) at 8, 0.90x at 16."""
+
+
+@pytest.mark.parametrize(("baseline", "found", "written"), [
+    ("fixed-dop-4", (0.9, 2.0), "0.90x-2.00x"),
+    ("fixed-dop-8", None, "n/a"),
+    ("celery", None, "n/a"),
+])
+def test_the_range_over_a_sweeps_points_is_of_each_points_mean_ratio(
+        baseline: str, found: tuple[float, float] | None, written: str) -> None:
+    got = sweep_range(SWEPT, "batch", baseline, "sched", lambda s: s.external)
+    assert got == (pytest.approx(found) if found else None)
+    assert span(got) == written
+
+
+def test_a_sweep_headline_has_a_column_of_the_range_over_its_points() -> None:
+    at_base = [s for s in SWEPT if s.point["batch"] == 8]
+    lines = headline_table(at_base, ["sched"], {"sched": "alone"}, ("batch", SWEPT))
+    assert lines[0] == "| baseline | metric | ratio: alone | over the batch points: alone |"
+    row = next(line for line in lines if line.startswith("| fixed-dop-4 | external time"))
+    assert row == "| fixed-dop-4 | external time per trajectory | 1.35x (1.20-1.50) | 0.90x-2.00x |"
     assert cost_lines(["sched"]) == []
+
+
+def test_the_parallel_sweep_table_names_its_base_point_the_default_mix() -> None:
+    mixed = [replace(r, point={"batch": 8}) for r in RUNS[:4]]
+    fixed = [replace(r, point={"batch": 8, "parallel": 0.5}) for r in RUNS[:4]]
+    table = sweep_table([*fixed, *mixed], "parallel", "sched")
+    assert [line.split(" | ")[0] for line in table[2:]] == ["| default mix", "| 0.5"]

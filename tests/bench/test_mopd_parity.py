@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tangram_bench.mopd_parity import main
+from tangram_bench.mopd_parity import build_parser, main, tasks
 from tangram_bench.mopd_tables import Run, fractions, gpus_for, spread
 
 CURVE = [(8, 40.0), (16, 20.0), (24, 10.0), (32, 8.0)]
@@ -55,6 +55,24 @@ def test_a_tiny_run_writes_the_section_with_every_baseline(tmp_path: Path) -> No
     assert {(r["system"], r["seed"]) for r in runs} >= {("static-tp4", 1), ("tangram", 2)}
     assert {r["gpus"] for r in runs if r["system"] == "static-tp4"} == {36}
     assert "mopd-sim-parity" in (tmp_path / "results.md").read_text()
+    assert "durations told to the policies: `learned`;" in text
+
+
+@pytest.mark.parametrize(("durations", "label"), [
+    ("oracle", "`oracle` (an ablation"),
+    ("noisy:0.5", "`noisy:0.5` (an ablation"),
+])
+def test_the_durations_mode_reaches_the_runs_and_an_ablation_says_so(
+        tmp_path: Path, durations: str, label: str) -> None:
+    assert tasks(build_parser().parse_args(["--durations", durations]))[0].durations == durations
+    assert main(["--seeds", "1", "--batch", "4", "--gpus", "40", "--pooled", "celery",
+                 "--durations", durations, "--tag", "x", "--out", str(tmp_path)]) == 0
+    assert label in (tmp_path / "bench" / "mopd-sim-parity-x.md").read_text()
+
+
+def test_a_durations_mode_it_does_not_know_is_refused() -> None:
+    with pytest.raises(SystemExit):
+        main(["--durations", "exact"])
 
 
 def test_gpu_counts_must_be_whole_nodes() -> None:

@@ -54,7 +54,10 @@ def _notes(args: argparse.Namespace, plan: Plan, summaries: list[Summary],
     if args.mode == "real":
         return ("*simulated, same workload and node*: the simulator on one node of the same "
                 "cores, the same seeded workload, with the control-plane costs (tangram's "
-                "measured per-action dispatch cost), to compare the orderings like with like.",)
+                "measured per-action dispatch cost), to compare the orderings like with like. "
+                "It has one FIFO-at-one-core system, so `fcfs-min` and `celery` share its "
+                "figures; it charges both tangram's dispatch cost, which the stock worker does "
+                "not pay (no sandbox).",)
     return bound_note(plan, top)
 
 
@@ -112,10 +115,14 @@ def _setup(args: argparse.Namespace, plan: Plan, results: list[RunResult]) -> st
     if args.mode == "real" and args.workload == "mopd":
         return setup_text(gpu_config(args, all_points[0]), all_points, args.seed, results)
     if args.mode == "real":
+        seeds = ", ".join(str(seed) for seed in plan.seeds)
         return (f"Real stack on this machine: one CPU node worker with {all_points[0].cores} "
                 "emulated cores (units are real exclusive allocations; work is emulated by "
-                f"sleeping T1/S(m)), Celery + Redis + bubblewrap sandboxes; seed {args.seed}; "
-                f"{len(results)} runs in {wall:.0f} s.")
+                "sleeping T1/S(m)), Celery + Redis + bubblewrap sandboxes; no action declares "
+                "its duration (the node learns them). `fcfs-min` is tangram's node at one core "
+                "per action in arrival order; `celery` is a stock Celery worker (prefork, one "
+                "process per core) running each command in a plain subprocess, without "
+                f"sandbox or tangram code. Seeds {seeds}; {len(results)} runs in {wall:.0f} s.")
     cluster = all_points[0].cluster(physics(args))
     rows = "\n".join(f"| {flag} | {value} | {source} |"
                      for flag, value, source in cluster.physics())

@@ -41,7 +41,7 @@ from tangram_bench.mopd_tables import Run, parity_section
 from tangram_bench.report import publish
 from tangram_bench.sim.cluster import Cluster
 from tangram_bench.sim.costs import PRESETS
-from tangram_bench.sim.durations import DEFAULT_DURATIONS, parse_durations
+from tangram_bench.sim.durations import DEFAULT_DURATIONS, ablation, parse_durations
 from tangram_bench.sim.services import tp_layout
 from tangram_bench.sim.systems import simulate
 from tangram_bench.workloads import mopd
@@ -51,7 +51,6 @@ ORACLE = "static"
 POOLED = ("fixed-dop-4", "fixed-dop-4:cache", "fixed-dop-8", "fixed-dop-8:cache", "celery",
           "celery:cache")
 COSTS = "cp"
-ABLATION = " (an ablation: the default, learned, is what a real pool can do)"
 
 
 @dataclass(frozen=True)
@@ -160,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
              f"seeds {', '.join(map(str, args.seeds))}, GPU nodes of 8 x 80 GB, restore "
              f"{args.load_init_s} s + weights at {args.restore_gbps} GB/s per GPU, "
              f"control-plane costs charged; durations told to the policies: "
-             f"`{args.durations}`{ABLATION if args.durations != DEFAULT_DURATIONS else ''}; "
+             f"`{args.durations}`{ablation(args.durations)}; "
              f"{len(runs)} runs in "
              f"{sum(r.wall_s for r in runs):.0f} s of simulation wall time on this machine.")
     text = parity_section(name, command, setup, runs, max(args.gpus), PAPER, ORACLE,

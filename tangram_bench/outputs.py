@@ -15,7 +15,7 @@ from tangram_bench.mopd_real import report_notes, setup_text
 from tangram_bench.plan import headline
 from tangram_bench.report import Section, publish, section
 from tangram_bench.resolve import Plan, gpu_config, physics
-from tangram_bench.sim.durations import DEFAULT_DURATIONS
+from tangram_bench.sim.durations import DEFAULT_DURATIONS, ablation
 from tangram_bench.sim.record import RunResult
 from tangram_bench.summary import Summary
 from tangram_bench.tables import gpu_parity, spread
@@ -130,9 +130,10 @@ def _setup(args: argparse.Namespace, plan: Plan, results: list[RunResult]) -> st
     many = (f"seeds {seeds} (each figure: the mean over them, (min-max) their range; plots "
             f"and per-system tables: seed {plan.seeds[0]})" if len(plan.seeds) > 1
             else f"seed {seeds}")
+    durations = getattr(args, "durations", DEFAULT_DURATIONS)
     return (f"Simulated: CPU nodes of 256 cores, GPU nodes of 8 x 80 GB GPUs; workload "
             f"`{args.workload}`, {many}; durations told to the policies: "
-            f"`{getattr(args, 'durations', DEFAULT_DURATIONS)}`; points "
+            f"`{durations}`{ablation(durations)}; points "
             f"{[p.as_dict() for p in all_points]}; {len(results)} runs in {wall:.0f} s of "
             f"simulation wall time on this machine{_reused(results)}.\n\nPhysical costs "
             "(charged in every preset):\n\n| flag | value | source |\n| --- | --- | --- |\n" + rows)

@@ -253,9 +253,8 @@ def readme_row(h: Headline, docs: str = "docs") -> str:
 
 UNSTATED_DURATIONS = (
     "A row without a durations mode comes from a section that does not say what the policies "
-    "were told. There the GPU pool's policy (in the sim and on the real stack) and the real "
-    "stack's emulated actions are given their exact durations: read those rows as oracle "
-    "figures.")
+    "were told: read it as an oracle figure (the real coding stack's emulated actions, and "
+    "sections written before the GPU side learned, give the policies exact durations).")
 """The note under the table when a row's section does not name its durations mode."""
 README_HEADER = ("| benchmark | measured at | metric | tangram vs the closest baseline "
                  "| over the sweep's points | closest baseline |",

@@ -32,6 +32,13 @@ from tangram_celery.scheduling.learned import Prior, learn, learned_options
 
 DEFAULT_DURATIONS = "learned"
 MODES = ("learned", "learned:node", "oracle", "noisy:SIGMA")
+ABLATION = " (an ablation: the default, learned, is what a real pool can do)"
+
+
+def ablation(label: str) -> str:
+    """What a report writes after a durations mode: nothing for the default, else that it is
+    an ablation."""
+    return "" if label == DEFAULT_DURATIONS else ABLATION
 
 
 @dataclass(frozen=True)

@@ -133,3 +133,10 @@ def test_bad_arguments_are_refused_before_anything_runs_or_is_written(
     assert main([*argv, "--out", str(tmp_path / "out")]) == 2
     assert re.search(problem, capsys.readouterr().err)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_section_run_on_oracle_durations_is_labelled_an_ablation(tmp_path: Path) -> None:
+    assert main(["coding", "--batch", "8", "--cores", "256", "--systems", "tangram,static",
+                 "--costs", "sched", "--durations", "oracle", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "bench" / "coding-sim.md").read_text()
+    assert "durations told to the policies: `oracle` (an ablation:" in text

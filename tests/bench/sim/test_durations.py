@@ -6,7 +6,13 @@ import pytest
 
 from tangram_bench.sim.cluster import Cluster
 from tangram_bench.sim.costs import SCHEDULING_ONLY
-from tangram_bench.sim.durations import DurationMode, Durations, parse_durations, signature
+from tangram_bench.sim.durations import (
+    DurationMode,
+    Durations,
+    ablation,
+    parse_durations,
+    signature,
+)
 from tangram_bench.sim.engine import Engine
 from tangram_bench.sim.gpupool import GpuPooled
 from tangram_bench.sim.invariants import violations
@@ -139,3 +145,9 @@ def test_a_learned_gpu_pool_has_seen_every_teacher_it_served() -> None:
     model = gpu.durations.models[0]
     served = {a.service for t in workload.trajectories for a in t.actions}
     assert {s for s in served if model.observed(("reward", s))} == served
+
+
+@pytest.mark.parametrize(("label", "said"), [("learned", False), ("learned:node", True),
+                                             ("oracle", True), ("noisy:0.7", True)])
+def test_every_mode_but_the_default_is_labelled_an_ablation(label: str, said: bool) -> None:
+    assert ("an ablation" in ablation(label)) is said

@@ -118,8 +118,9 @@ def _setup(args: argparse.Namespace, plan: Plan, results: list[RunResult]) -> st
         seeds = ", ".join(str(seed) for seed in plan.seeds)
         return (f"Real stack on this machine: one CPU node worker with {all_points[0].cores} "
                 "emulated cores (units are real exclusive allocations; work is emulated by "
-                "sleeping T1/S(m)), Celery + Redis + bubblewrap sandboxes; no action declares "
-                "its duration (the node learns them). `fcfs-min` is tangram's node at one core "
+                "sleeping T1/S(m)), Celery + Redis + bubblewrap sandboxes; durations told to "
+                "the policies: `learned` (no action declares its duration; the node learns "
+                "them by signature). `fcfs-min` is tangram's node at one core "
                 "per action in arrival order; `celery` is a stock Celery worker (prefork, one "
                 "process per core) running each command in a plain subprocess, without "
                 f"sandbox or tangram code. Seeds {seeds}; {len(results)} runs in {wall:.0f} s.")

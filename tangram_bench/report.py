@@ -253,8 +253,8 @@ def readme_row(h: Headline, docs: str = "docs") -> str:
 
 UNSTATED_DURATIONS = (
     "A row without a durations mode comes from a section that does not say what the policies "
-    "were told: read it as an oracle figure (the real coding stack's emulated actions, and "
-    "sections written before the GPU side learned, give the policies exact durations).")
+    "were told: read it as an oracle figure (sections written before the GPU side and the "
+    "real coding stack learned gave the policies exact durations).")
 """The note under the table when a row's section does not name its durations mode."""
 README_HEADER = ("| benchmark | measured at | metric | tangram vs the closest baseline "
                  "| over the sweep's points | closest baseline |",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 _CMD_START = r"(?:^|(?<=[;&|(\n]))"
 _ASSIGNMENTS = r"(?:\s*[A-Za-z_][A-Za-z0-9_]*=\S*)*"
@@ -28,6 +29,20 @@ def _has_explicit_workers(args: str) -> bool:
     return False
 
 
+def pytest_invocations(command: str) -> Iterator[tuple[int, str]]:
+    """Each ``pytest`` invocation at a command position in ``command``: where its arguments start
+    (just after ``pytest``) and the arguments up to the end of that simple command."""
+    for match in _INVOCATION_RE.finditer(command):
+        end = match.end("head")
+        tail_end = _SIMPLE_END_RE.search(command, end)
+        yield end, command[end: tail_end.start() if tail_end else len(command)]
+
+
+def chooses_workers(args: str) -> bool:
+    """Whether pytest arguments already choose the worker count or disable xdist."""
+    return _has_explicit_workers(args)
+
+
 def rewrite_parallelism(command: str, units: int) -> str:
     """Tell elastic commands their parallelism: ``pytest ...`` becomes ``pytest -n <units> ...``.
 
@@ -42,10 +57,7 @@ def rewrite_parallelism(command: str, units: int) -> str:
         return command
     out: list[str] = []
     pos = 0
-    for match in _INVOCATION_RE.finditer(command):
-        end = match.end("head")
-        tail_end = _SIMPLE_END_RE.search(command, end)
-        args = command[end: tail_end.start() if tail_end else len(command)]
+    for end, args in pytest_invocations(command):
         out.append(command[pos:end])
         if not _has_explicit_workers(args):
             out.append(f" -n {units}")

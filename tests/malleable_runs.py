@@ -12,9 +12,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = "tangram_celery.sandbox.malleable.plugin"
-_COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?)")
+_COUNT = re.compile(
+    r"(\d+) ((?:subtests )?(?:passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?))")
 _SUMMARY = re.compile(r"\bin \d+(\.\d+)?s\b")
 _NAMES = {"error": "errors", "warning": "warnings"}
+SUITES_LIST = ROOT / "scripts" / "test-suites.txt"
+SUITES_DIR = Path(sys.prefix) / "share" / "tangram-test-suites"
 
 
 @dataclass(frozen=True)
@@ -33,11 +36,12 @@ def verdict_of(output: str, status: int) -> Verdict:
     return Verdict(counts, status)
 
 
-def pytest_run(cwd: Path, args: list[str], timeout: float = 600,
+def pytest_run(cwd: Path, args: list[str], timeout: float = 600, path: tuple[Path, ...] = (),
                ) -> tuple[Verdict, subprocess.CompletedProcess[str]]:
-    """Run ``python -m pytest -q -p no:cacheprovider *args`` in ``cwd`` as a real process."""
+    """Run ``python -m pytest -q -p no:cacheprovider *args`` in ``cwd`` as a real process, with
+    ``path`` and this checkout first on its ``PYTHONPATH``."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+        p for p in (*map(str, path), str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
     env.pop("PYTEST_XDIST_WORKER", None)
     env.pop("PYTEST_ADDOPTS", None)
     done = subprocess.run(
@@ -49,3 +53,25 @@ def pytest_run(cwd: Path, args: list[str], timeout: float = 600,
 def malleable_args(workers: int, *extra: str) -> list[str]:
     """The arguments that make a run malleable with ``workers`` workers."""
     return ["-p", PLUGIN, f"--malleable={workers}", *extra]
+
+
+def pinned_suites() -> list[tuple[str, str]]:
+    """The (name, version) of every package whose test suite the set-up fetches."""
+    pins = [line.split("==") for line in SUITES_LIST.read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+    return [(name.strip(), version.strip()) for name, version in pins]
+
+
+def suite_dir(name: str, version: str) -> Path:
+    """Where the set-up unpacked ``name``'s sdist (its name with ``-`` or ``_``)."""
+    for form in {name, name.replace("-", "_")}:
+        found = SUITES_DIR / f"{form}-{version}"
+        if found.is_dir():
+            return found
+    raise AssertionError(f"{name}=={version}'s test suite is not in {SUITES_DIR}; "
+                         "run `bash scripts/run.sh setup`, which fetches it")
+
+
+def import_root(suite: Path) -> Path:
+    """The directory the suite's package imports from (``src/`` when it has one)."""
+    return suite / "src" if (suite / "src").is_dir() else suite

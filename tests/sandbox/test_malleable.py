@@ -56,7 +56,8 @@ def write_suite(root: Path, files: dict[str, str]) -> Path:
 
 
 @pytest.mark.parametrize(("suite", "extra", "status"), [
-    ("mixed", [], 1), ("failing", [], 1), ("passing", [], 0), ("collection_error", [], 2),
+    ("mixed", [], 1), ("mixed", ["-ra"], 1), ("failing", [], 1), ("passing", [], 0),
+    ("collection_error", [], 2),
     ("no_tests", [], 5), ("mixed", ["-k", "many"], 0), ("mixed", ["-k", "nothing_matches"], 5),
     ("collection_error", ["--continue-on-collection-errors"], 1),
 ])

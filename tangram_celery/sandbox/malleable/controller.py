@@ -146,9 +146,7 @@ class Controller:
             hook.pytest_runtest_logstart(nodeid=message["nodeid"],
                                          location=tuple(message["location"]))
         elif op == "report":
-            report = hook.pytest_report_from_serializable(config=self.config,
-                                                          data=message["report"])
-            hook.pytest_runtest_logreport(report=report)
+            hook.pytest_runtest_logreport(report=self._report(message["report"]))
             self._check_stop()
         elif op == "warning":
             self._warning(message)
@@ -166,6 +164,17 @@ class Controller:
             worker.held.remove(message["id"])
             if self.queue is not None:
                 self.queue.appendleft(message["id"])
+
+    def _report(self, data: Message) -> pytest.TestReport | pytest.CollectReport:
+        """A report from its serialised form, with the tuples JSON made lists (a skip's
+        ``longrepr``, a test's ``location``) tuples again, as pytest's summary expects."""
+        report: pytest.TestReport | pytest.CollectReport = \
+            self.config.hook.pytest_report_from_serializable(config=self.config, data=data)
+        if isinstance(report.longrepr, list):
+            report.longrepr = tuple(report.longrepr)
+        if isinstance(report, pytest.TestReport) and isinstance(report.location, list):
+            report.location = tuple(report.location)
+        return report
 
     def _reply(self, worker: Worker, message: Message) -> None:
         if worker.channel is not None:
@@ -199,8 +208,7 @@ class Controller:
         self.queue = deque(ids)
         hook = self.config.hook
         for data in message["reports"]:
-            hook.pytest_collectreport(
-                report=hook.pytest_report_from_serializable(config=self.config, data=data))
+            hook.pytest_collectreport(report=self._report(data))
         for data in message["warnings"]:
             self._warning(data)
         if message["deselected"]:

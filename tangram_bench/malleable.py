@@ -12,7 +12,10 @@ For each suite the set-up unpacked (``bash scripts/run.sh setup`` puts them in
 - ``worker_start_s``: a worker's start and collection, from its start to its test ids (the
   runner's ``--malleable-stats``), on one core;
 - ``malleable_2core_s`` and ``xdist_2core_s``: a malleable run with 2 workers and ``pytest -n 2``
-  on two cores; ``speedup_2core`` and ``xdist_speedup_2core``: ``plain_1core_s`` over them.
+  on two cores; ``speedup_2core`` and ``xdist_speedup_2core``: ``plain_1core_s`` over them;
+- ``retire_s``: in a 2-worker run told to ``shrink`` once a third of its tests are done, from
+  the answer to the retiring worker's exit (the node takes its core back at the answer; the
+  worker finishes its current test on the cores left). ``-`` when the run ended first.
 
 Wall-clock figures of this machine, measured as they come; nothing is assumed.
 """
@@ -31,11 +34,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tangram_celery.sandbox.malleable import PLUGIN
+from tangram_celery.sandbox.malleable import PLUGIN, resize
 
 SUITES_DIR = Path(sys.prefix) / "share" / "tangram-test-suites"
 COLUMNS = ("suite", "tests", "plain_1core_s", "malleable_1core_s", "worker_start_s",
-           "malleable_2core_s", "speedup_2core", "xdist_2core_s", "xdist_speedup_2core")
+           "malleable_2core_s", "speedup_2core", "xdist_2core_s", "xdist_speedup_2core",
+           "retire_s")
+POLL_S = 0.005
 
 
 def suite_dirs(root: Path) -> list[Path]:
@@ -48,13 +53,19 @@ def suite_dirs(root: Path) -> list[Path]:
     return found
 
 
-def timed_pytest(suite: Path, args: list[str], cores: set[int]) -> tuple[float, str]:
-    """Run ``python -m pytest -q -p no:cacheprovider *args`` in ``suite`` on ``cores``: its wall
-    time and its last output line (the summary). A run that fails is an error."""
+def pytest_command(suite: Path, args: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment of ``python -m pytest -q -p no:cacheprovider *args`` in
+    ``suite`` (its package importable)."""
     root = suite / "src" if (suite / "src").is_dir() else suite
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)}
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
+    return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], env
+
+
+def timed_pytest(suite: Path, args: list[str], cores: set[int]) -> tuple[float, str]:
+    """Run ``python -m pytest -q -p no:cacheprovider *args`` in ``suite`` on ``cores``: its wall
+    time and its last output line (the summary). A run that fails is an error."""
+    argv, env = pytest_command(suite, args)
     began = time.monotonic()
     done = subprocess.run(  # nosec B603 # this interpreter running pytest, no shell
         argv, cwd=suite, env=env, capture_output=True, text=True, check=False,
@@ -65,6 +76,39 @@ def timed_pytest(suite: Path, args: list[str], cores: set[int]) -> tuple[float, 
                          f"{done.returncode}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
     lines = done.stdout.strip().splitlines()
     return took, lines[-1] if lines else ""
+
+
+def retire_delay(suite: Path, cores: set[int], scratch: Path) -> float | None:
+    """Seconds from a mid-run ``shrink`` answer to the retiring worker's exit (None when the
+    run ended before a third of its tests were done and it could be told)."""
+    control, stats = scratch / "control.sock", scratch / "retire.json"
+    argv, env = pytest_command(suite, ["-p", PLUGIN, "--malleable=2",
+                                       f"--malleable-control={control}",
+                                       f"--malleable-stats={stats}"])
+    proc = subprocess.Popen(  # nosec B603 # this interpreter running pytest, no shell
+        argv, cwd=suite, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        preexec_fn=lambda: os.sched_setaffinity(0, cores))
+    answer: dict[str, Any] = {}
+    try:
+        while proc.poll() is None and not answer:
+            time.sleep(POLL_S)
+            try:
+                status = resize(str(control), "status")
+            except OSError:
+                continue
+            if status["collected"] and status["done"] * 3 >= status["tests"]:
+                answer = resize(str(control), "shrink")
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if not answer.get("ok"):
+        return None
+    data = json.loads(stats.read_text())
+    shrunk = data["resizes"][0]["at_s"]
+    ended = next(w["end_at_s"] for w in data["workers"] if w["pid"] == answer["retiring"])
+    return float(ended - shrunk) if ended is not None else None
 
 
 def measure(suite: Path, repeat: int, cores: list[int]) -> dict[str, Any]:
@@ -88,8 +132,12 @@ def measure(suite: Path, repeat: int, cores: list[int]) -> dict[str, Any]:
             xdist, _ = timed_pytest(suite, ["-n", "2"], two)
             samples["xdist_2core_s"].append(xdist)
             samples["xdist_speedup_2core"].append(plain / xdist)
+            retire = retire_delay(suite, two, Path(scratch))
+            if retire is not None:
+                samples["retire_s"].append(retire)
     row: dict[str, Any] = {"suite": suite.name, "tests": summary}
-    row.update({name: round(statistics.median(values), 3) for name, values in samples.items()})
+    row.update({name: round(statistics.median(values), 3) if values else "-"
+                for name, values in samples.items()})
     return row
 
 

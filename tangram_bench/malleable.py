@@ -135,7 +135,7 @@ def measure(suite: Path, repeat: int, cores: list[int]) -> dict[str, Any]:
             retire = retire_delay(suite, two, Path(scratch))
             if retire is not None:
                 samples["retire_s"].append(retire)
-    row: dict[str, Any] = {"suite": suite.name, "tests": summary}
+    row: dict[str, Any] = {"suite": suite.name, "tests": summary.rsplit(" in ", 1)[0]}
     row.update({name: round(statistics.median(values), 3) if values else "-"
                 for name, values in samples.items()})
     return row

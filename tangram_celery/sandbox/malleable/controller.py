@@ -159,7 +159,11 @@ class Controller:
                 worker.held.remove(message["id"])
             self.done += 1
             worker.tests += 1
-            self._reply(worker, {"retire": worker.state == "retiring" or bool(self.stopping)})
+            if worker.state == "retiring" or self.stopping:
+                self._reply(worker, {"retire": True})
+            else:
+                handed = self._hand_out(worker) if message.get("next") else None
+                self._reply(worker, {"retire": False, "id": handed})
         elif op == "return" and message["id"] in worker.held:
             worker.held.remove(message["id"])
             if self.queue is not None:

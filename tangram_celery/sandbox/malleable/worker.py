@@ -2,9 +2,9 @@
 its controller hands out, one at a time, and sends back every report.
 
 It holds one id ahead (so module- and session-scoped fixtures are torn down only when the next
-test does not need them, as in a plain run) and asks its controller after each test whether to go
-on; told to retire, it gives the id it holds back and ends its session, whose finish tears its
-fixtures down.
+test does not need them, as in a plain run). After each test one round trip reports it done and
+either brings the next id to hold or tells it to retire; then it gives the id it holds back and
+ends its session, whose finish tears its fixtures down.
 """
 
 from __future__ import annotations
@@ -86,17 +86,19 @@ class WorkerPlugin:
             "op": "collected", "ids": list(items), "reports": self.collect_reports,
             "warnings": self.collect_warnings, "deselected": self.deselected})
         current = self._next()
+        held = self._next() if current is not None else None
         while current is not None:
-            held = self._next()
             nextitem = items[held] if held is not None else None
             items[current].config.hook.pytest_runtest_protocol(
                 item=items[current], nextitem=nextitem)
-            answer = self.channel.request({"op": "done", "id": current})
+            answer = self.channel.request(
+                {"op": "done", "id": current, "next": held is not None})
             if answer.get("retire") or session.shouldfail or session.shouldstop:
                 if held is not None:
                     self.channel.send({"op": "return", "id": held})
                 break
-            current = held
+            found = answer.get("id")
+            current, held = held, found if isinstance(found, str) else None
         self.channel.send({"op": "bye"})
         return True
 

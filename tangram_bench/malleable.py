@@ -14,8 +14,9 @@ For each suite the set-up unpacked (``bash scripts/run.sh setup`` puts them in
 - ``malleable_2core_s`` and ``xdist_2core_s``: a malleable run with 2 workers and ``pytest -n 2``
   on two cores; ``speedup_2core`` and ``xdist_speedup_2core``: ``plain_1core_s`` over them;
 - ``retire_s``: in a 2-worker run told to ``shrink`` once a third of its tests are done, from
-  the answer to the retiring worker's exit (the node takes its core back at the answer; the
-  worker finishes its current test on the cores left). ``-`` when the run ended first.
+  the answer to the end of the retiring worker's last test (the node takes its core back at the
+  answer; the worker finishes its current test on the cores left), and ``exit_s`` from then to
+  the worker's exit (its session's end). ``-`` when the run ended first.
 
 Wall-clock figures of this machine, measured as they come; nothing is assumed.
 """
@@ -39,7 +40,7 @@ from tangram_celery.sandbox.malleable import PLUGIN, resize
 SUITES_DIR = Path(sys.prefix) / "share" / "tangram-test-suites"
 COLUMNS = ("suite", "tests", "plain_1core_s", "malleable_1core_s", "worker_start_s",
            "malleable_2core_s", "speedup_2core", "xdist_2core_s", "xdist_speedup_2core",
-           "retire_s")
+           "retire_s", "exit_s")
 POLL_S = 0.005
 
 
@@ -78,9 +79,10 @@ def timed_pytest(suite: Path, args: list[str], cores: set[int]) -> tuple[float, 
     return took, lines[-1] if lines else ""
 
 
-def retire_delay(suite: Path, cores: set[int], scratch: Path) -> float | None:
-    """Seconds from a mid-run ``shrink`` answer to the retiring worker's exit (None when the
-    run ended before a third of its tests were done and it could be told)."""
+def retire_delay(suite: Path, cores: set[int], scratch: Path) -> tuple[float, float] | None:
+    """Seconds from a mid-run ``shrink`` answer to the end of the retiring worker's last test,
+    and from then to its exit (None when the run ended before a third of its tests were done
+    and it could be told)."""
     control, stats = scratch / "control.sock", scratch / "retire.json"
     argv, env = pytest_command(suite, ["-p", PLUGIN, "--malleable=2",
                                        f"--malleable-control={control}",
@@ -107,8 +109,11 @@ def retire_delay(suite: Path, cores: set[int], scratch: Path) -> float | None:
         return None
     data = json.loads(stats.read_text())
     shrunk = data["resizes"][0]["at_s"]
-    ended = next(w["end_at_s"] for w in data["workers"] if w["pid"] == answer["retiring"])
-    return float(ended - shrunk) if ended is not None else None
+    worker = next(w for w in data["workers"] if w["pid"] == answer["retiring"])
+    if worker["end_at_s"] is None or worker["last_done_at_s"] is None:
+        return None
+    last = max(worker["last_done_at_s"], shrunk)
+    return float(last - shrunk), float(worker["end_at_s"] - last)
 
 
 def measure(suite: Path, repeat: int, cores: list[int]) -> dict[str, Any]:
@@ -134,7 +139,8 @@ def measure(suite: Path, repeat: int, cores: list[int]) -> dict[str, Any]:
             samples["xdist_speedup_2core"].append(plain / xdist)
             retire = retire_delay(suite, two, Path(scratch))
             if retire is not None:
-                samples["retire_s"].append(retire)
+                samples["retire_s"].append(retire[0])
+                samples["exit_s"].append(retire[1])
     row: dict[str, Any] = {"suite": suite.name, "tests": summary.rsplit(" in ", 1)[0]}
     row.update({name: round(statistics.median(values), 3) if values else "-"
                 for name, values in samples.items()})

@@ -37,15 +37,18 @@ def verdict_of(output: str, status: int) -> Verdict:
 
 
 def pytest_run(cwd: Path, args: list[str], timeout: float = 600, path: tuple[Path, ...] = (),
+               python: list[str] | None = None,
                ) -> tuple[Verdict, subprocess.CompletedProcess[str]]:
     """Run ``python -m pytest -q -p no:cacheprovider *args`` in ``cwd`` as a real process, with
-    ``path`` and this checkout first on its ``PYTHONPATH``."""
+    ``path`` and this checkout first on its ``PYTHONPATH`` (``python``: another interpreter's
+    ``[python, "-m", "pytest"]``)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (*map(str, path), str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
     env.pop("PYTEST_XDIST_WORKER", None)
     env.pop("PYTEST_ADDOPTS", None)
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=cwd,
+        [*(python or [sys.executable, "-m", "pytest"]), "-q", "-p", "no:cacheprovider", *args],
+        cwd=cwd,
         env=env, capture_output=True, text=True, timeout=timeout, check=False)
     return verdict_of(done.stdout, done.returncode), done
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from malleable_runs import malleable_args, pytest_run
 
-from tangram_celery.sandbox.malleable import PLUGIN, is_pytest_command, malleable_command
+from tangram_celery.sandbox.malleable import PLUGIN, is_pytest_command, malleable_command, resize
+from tangram_celery.sandbox.malleable.control import main as control_main
 
 MIXED = '''
 import os, warnings, pytest
@@ -120,3 +121,46 @@ def test_a_command_that_is_not_pytest_is_left_alone() -> None:
         f"X=1 python3 -m pytest -p {PLUGIN} --malleable=2 --malleable-control='/w/run sock'")
     with pytest.raises(ValueError, match="workers"):
         malleable_command("pytest", 0)
+
+
+def test_the_sandboxes_pytest_gives_the_same_verdict(tmp_path: Path) -> None:
+    """Inside a sandbox pytest runs on the system's Python (Debian's python3-pytest, which the
+    set-up installs); the runner needs nothing else."""
+    root = write_suite(tmp_path / "mixed", SUITES["mixed"])
+    system = ["/usr/bin/python3", "-m", "pytest"]
+    plain, _ = pytest_run(root, [], python=system)
+    malleable, done = pytest_run(root, malleable_args(2), python=system)
+    assert plain.status == 1
+    assert malleable == plain, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def test_the_control_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert control_main([]) == 2
+    assert "grow|shrink|status" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="unknown operation"):
+        resize(str(tmp_path / "none.sock"), "explode")
+    with pytest.raises(OSError):
+        control_main([str(tmp_path / "none.sock"), "status"])
+
+
+def test_workers_that_collect_in_another_order_still_take_tests(tmp_path: Path) -> None:
+    """Each worker shuffles its collection with its own seed (as pytest-randomly does); every
+    test waits until both workers have run one, so the run passes only if the second worker,
+    whose order differs from the first's, takes tests."""
+    root = write_suite(tmp_path / "shuffled", {
+        "conftest.py": ("import os, random\n"
+                        "def pytest_collection_modifyitems(items):\n"
+                        "    random.Random(os.getpid()).shuffle(items)\n"),
+        "test_barrier.py": (
+            "import os, pathlib, time, pytest\n"
+            "LOG = pathlib.Path(__file__).with_name('pids')\n"
+            "@pytest.mark.parametrize('i', range(6))\n"
+            "def test_both_workers_run(i):\n"
+            "    with LOG.open('a') as log:\n"
+            "        log.write(f'{os.getpid()}\\n')\n"
+            "    deadline = time.monotonic() + 20\n"
+            "    while len(set(LOG.read_text().split())) < 2:\n"
+            "        assert time.monotonic() < deadline, 'the other worker took no test'\n"
+            "        time.sleep(0.02)\n")})
+    verdict, done = pytest_run(root, malleable_args(2))
+    assert verdict.counts == {"passed": 6} and verdict.status == 0, done.stdout[-3000:]

@@ -21,7 +21,8 @@ from tangram_celery.sandbox.malleable.pool import Worker, spawn
 from tangram_celery.sandbox.malleable.protocol import Channel, Message
 
 STARTUP_FAILURES = 3
-"""How many workers may die before collecting before the run gives up."""
+"""How many workers may die before collecting, or collect other tests than the first, before
+the run gives up."""
 TICK_S = 0.1
 """How often the loop looks at worker processes when no message arrives."""
 
@@ -159,6 +160,7 @@ class Controller:
                 worker.held.remove(message["id"])
             self.done += 1
             worker.tests += 1
+            worker.last_done = time.monotonic()
             if worker.state == "retiring" or self.stopping:
                 self._reply(worker, {"retire": True})
             else:
@@ -188,7 +190,7 @@ class Controller:
                 worker.closed = True
 
     def _hand_out(self, worker: Worker) -> str | None:
-        if self.queue is None or self.stopping or worker.state not in ("running", "drained"):
+        if self.queue is None or self.stopping or worker.state != "running":
             return None
         if not self.queue:
             worker.state = "drained"
@@ -203,9 +205,14 @@ class Controller:
             return
         ids = [str(i) for i in message["ids"]]
         if self.queue is not None:
-            worker.state = "running" if ids == self.ids else "drained"
-            if ids != self.ids:
-                self._line(f"malleable: worker {worker.pid} collected other tests; it stops")
+            if sorted(ids) == sorted(self.ids):
+                worker.state = "running"
+                return
+            worker.state = "retiring"
+            self._line(f"malleable: worker {worker.pid} collected other tests; it stops")
+            self.startup_failures += 1
+            if self.startup_failures >= STARTUP_FAILURES:
+                self.stopping = self.stopping or "malleable: workers collect different tests"
             return
         worker.state = "running"
         self.ids = ids

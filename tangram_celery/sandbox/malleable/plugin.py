@@ -96,6 +96,7 @@ class ControllerPlugin:
             "collect_s": None if w.collected is None else w.collected - w.started,
             "start_at_s": w.started - controller.began,
             "end_at_s": None if w.ended is None else w.ended - controller.began,
+            "last_done_at_s": None if w.last_done is None else w.last_done - controller.began,
         } for w in controller.workers]
         Path(path).write_text(json.dumps({
             "tests": len(controller.ids), "done": controller.done, "workers": workers,

@@ -40,6 +40,7 @@ class Worker:
     collected: float | None = None
     ended: float | None = None
     tests: int = 0
+    last_done: float | None = None
     closed: bool = False
 
     @property

@@ -1,17 +1,22 @@
 """The malleable runner inside a real bubblewrap sandbox, on the sandbox's own Python and pytest:
 its modules shipped as the action's files (standard library only besides pytest), its socket in
 the sandbox's /tmp, its workers children of the action. The verdict equals a plain run's in the
-same sandbox, and the output cap keeps the head and the tail, where the summary line is."""
+same sandbox, and the output cap keeps the head and the tail, where the summary line is. The
+node grows a sandboxed run from the host."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from conftest import Run
 from malleable_runs import ROOT, malleable_args, verdict_of
 from test_malleable import MIXED
+from test_malleable_resize import SUITE, lines, wait_until
+
+from tangram_celery.sandbox.malleable import resize
 
 RUNNER = ".runner"
 
@@ -39,3 +44,26 @@ def test_a_malleable_run_in_a_sandbox(run: Run, two_cores: tuple[int, int]) -> N
         plain.stdout, plain.exit_code or 0), malleable.stdout + malleable.stderr
     assert malleable.stdout_cut_bytes > 0, "the -rA output is over the cap of 1 KiB"
     assert malleable.stdout.splitlines()[0].endswith("[100%]"), "the head: the progress line"
+
+
+def test_the_node_grows_a_sandboxed_run_through_its_work_dir(
+        run: Run, two_cores: tuple[int, int], sandbox_root: Path) -> None:
+    """The run's control socket is in the work dir, so the node reaches it from the host (the
+    sandbox has no network at all) and grows the run while its first test waits at a gate."""
+    files = {**runner_files(), "suite/test_resize.py": SUITE}
+    command = (f"PYTHONPATH=/work/{RUNNER} MALLEABLE_LOG=/work/log MALLEABLE_GATE=/work/gate "
+               f"python3 -m pytest -q -p no:cacheprovider "
+               f"{' '.join(malleable_args(1, '--malleable-control=/work/control.sock'))} suite")
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        running = pool.submit(run, command, files=files, cores=two_cores, timeout_s=120)
+        wait_until(lambda: any(sandbox_root.rglob("log")) or running.done(), "the first test")
+        log = next(sandbox_root.rglob("log"))
+        wait_until(lambda: any(name == "gate" for _, name in lines(log)), "the gate test")
+        answer = resize(str(log.with_name("control.sock")), "grow")
+        assert answer["ok"] and answer["workers"] == 2
+        wait_until(lambda: len({pid for pid, _ in lines(log)}) == 2, "the new worker's tests")
+        log.with_name("gate").touch()
+        outcome = running.result(timeout=120)
+    assert verdict_of(outcome.stdout, outcome.exit_code or 0).counts == {"passed": 17}, (
+        outcome.stdout + outcome.stderr)
+    assert outcome.exit_code == 0

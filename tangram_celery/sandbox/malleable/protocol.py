@@ -7,6 +7,7 @@ A worker opens with ``{"op": "hello", "role": "worker", "pid": ...}``, a control
 from __future__ import annotations
 
 import json
+import os
 import socket
 from typing import Any
 
@@ -80,9 +81,25 @@ class Channel:
         self.sock.close()
 
 
+SOCKET_PATH_MAX = 100
+"""Beyond this many bytes a socket path is reached through its directory's descriptor (a Unix
+socket address holds 107; a work dir on the node is often deeper)."""
+
+
 def connect(path: str, timeout: float | None = None) -> Channel:
-    """A channel to the controller listening at the Unix socket ``path``."""
+    """A channel to the controller listening at the Unix socket ``path`` (of any length)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
-    sock.connect(path)
+    try:
+        if len(os.fsencode(path)) <= SOCKET_PATH_MAX:
+            sock.connect(path)
+        else:
+            directory = os.open(os.path.dirname(path) or ".", os.O_PATH | os.O_DIRECTORY)
+            try:
+                sock.connect(f"/proc/self/fd/{directory}/{os.path.basename(path)}")
+            finally:
+                os.close(directory)
+    except OSError:
+        sock.close()
+        raise
     return Channel(sock)

@@ -7,16 +7,19 @@ node grows a sandboxed run from the host."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from conftest import Run
+from conftest import Run, _host_pids_with
 from malleable_runs import ROOT, malleable_args, verdict_of
 from test_malleable import MIXED
 from test_malleable_resize import SUITE, lines, wait_until
 
-from tangram_celery.sandbox.malleable import resize
+from tangram_celery.sandbox import ExecOutcome
+from tangram_celery.sandbox.bwrap import BwrapBackend
+from tangram_celery.sandbox.malleable import CoreResizer, resize
 
 RUNNER = ".runner"
 
@@ -67,3 +70,87 @@ def test_the_node_grows_a_sandboxed_run_through_its_work_dir(
     assert verdict_of(outcome.stdout, outcome.exit_code or 0).counts == {"passed": 17}, (
         outcome.stdout + outcome.stderr)
     assert outcome.exit_code == 0
+
+
+AFFINITY_SUITE = '''
+import os, pathlib, time, pytest
+LOG = pathlib.Path("/work/log")
+GATE = pathlib.Path("/work/gate")
+
+def record(name):
+    cores = ",".join(map(str, sorted(os.sched_getaffinity(0))))
+    with LOG.open("a") as log:
+        log.write(f"{os.getpid()} {name} {cores}\\n")
+
+def wait_for_the_gate():
+    deadline = time.monotonic() + 60
+    while not GATE.exists():
+        assert time.monotonic() < deadline, "the gate never opened"
+        time.sleep(0.02)
+
+def test_00_gate():
+    record("gate")
+    wait_for_the_gate()
+
+@pytest.mark.parametrize("i", range(12))
+def test_work(i):
+    record(f"work{i}")
+    if i >= 4:
+        wait_for_the_gate()
+'''
+
+
+def records(log: Path) -> list[tuple[str, str, frozenset[int]]]:
+    found = []
+    for line in log.read_text().splitlines() if log.exists() else []:
+        pid, name, cores = line.split()
+        found.append((pid, name, frozenset(int(c) for c in cores.split(",") if c)))
+    return found
+
+
+def worker_cores() -> set[frozenset[int]]:
+    """The cores each sandboxed worker of a malleable run may run on, seen from the host."""
+    found = set()
+    for pid in _host_pids_with("--malleable-connect=/work/control.sock"):
+        try:
+            found.add(frozenset(os.sched_getaffinity(pid)))
+        except OSError:
+            continue
+    return found
+
+
+def start_sandboxed(run: Run, pool: ThreadPoolExecutor, workers: int, cores: tuple[int, ...],
+                    ) -> Future[ExecOutcome]:
+    command = (f"PYTHONPATH=/work/{RUNNER} python3 -m pytest -q -p no:cacheprovider "
+               f"{' '.join(malleable_args(workers, '--malleable-control=/work/control.sock'))}"
+               " suite")
+    files = {**runner_files(), "suite/test_cores.py": AFFINITY_SUITE}
+    return pool.submit(run, command, files=files, cores=cores, timeout_s=120)
+
+
+def test_the_node_shrinks_and_grows_the_cpuset_with_the_workers(
+        backend: BwrapBackend, run: Run, two_cores: tuple[int, int], sandbox_root: Path) -> None:
+    first, second = two_cores
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        running = start_sandboxed(run, pool, 2, two_cores)
+        wait_until(lambda: any(sandbox_root.rglob("log")) or running.done(), "the first test")
+        log = next(sandbox_root.rglob("log"))
+        wait_until(lambda: len({pid for pid, _, _ in records(log)}) == 2, "both workers")
+        resizer = CoreResizer(backend, "t1", two_cores, str(log.with_name("control.sock")))
+        assert resizer.shrink() == second
+        assert resizer.cores == (first,)
+        assert worker_cores() == {frozenset({first})}, "every worker left the core at once"
+        shrunk = len(records(log))
+        assert resizer.grow(second)
+        assert resizer.cores == (first, second)
+        wait_until(lambda: len({pid for pid, _, _ in records(log)}) == 3, "the new worker")
+        assert frozenset({first, second}) in worker_cores()
+        log.with_name("gate").touch()
+        outcome = running.result(timeout=120)
+    assert verdict_of(outcome.stdout, outcome.exit_code or 0).counts == {"passed": 13}, (
+        outcome.stdout + outcome.stderr)
+    seen = records(log)
+    newest = seen[-1][0] if seen[-1][0] not in {p for p, _, _ in seen[:shrunk]} else next(
+        p for p, _, _ in seen[shrunk:] if p not in {q for q, _, _ in seen[:shrunk]})
+    assert {cores for pid, _, cores in seen[shrunk:] if pid == newest} == {
+        frozenset({first, second})}, seen

@@ -7,7 +7,8 @@ test ids; workers pull ids from it over a Unix socket (JSON lines, :mod:`.protoc
 report back, which the controller replays into its own session, so the failures, the summary line
 and the exit status are pytest's own. ``grow`` starts a worker, ``shrink`` retires one after its
 current test, each sent by :func:`~.control.resize` to the run's control socket, whose answer is
-where the node grows or shrinks the action's cpuset. :func:`~.command.malleable_command` turns the
+where the node grows or shrinks the action's cpuset; :class:`~.resizer.CoreResizer` does both
+together for a sandboxed action. :func:`~.command.malleable_command` turns the
 pytest invocations of an action's command into malleable runs and leaves any other command alone.
 
 Part of the sandbox layer: it imports the ground floor and the sandbox's output module only.
@@ -18,5 +19,6 @@ from __future__ import annotations
 from tangram_celery.sandbox.malleable.command import is_pytest_command, malleable_command
 from tangram_celery.sandbox.malleable.control import resize
 from tangram_celery.sandbox.malleable.pool import PLUGIN
+from tangram_celery.sandbox.malleable.resizer import CoreResizer
 
-__all__ = ["PLUGIN", "is_pytest_command", "malleable_command", "resize"]
+__all__ = ["PLUGIN", "CoreResizer", "is_pytest_command", "malleable_command", "resize"]

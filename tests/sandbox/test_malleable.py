@@ -56,6 +56,7 @@ def write_suite(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("suite", "extra", "status"), [
     ("mixed", [], 1), ("mixed", ["-ra"], 1), ("failing", [], 1), ("passing", [], 0),
     ("collection_error", [], 2),
@@ -71,6 +72,7 @@ def test_the_verdict_is_a_plain_runs(tmp_path: Path, suite: str, extra: list[str
     assert malleable == plain, done.stdout[-3000:]
 
 
+@pytest.mark.slow
 def test_failures_are_shown_as_in_a_plain_run(tmp_path: Path) -> None:
     root = write_suite(tmp_path / "failing", SUITES["failing"])
     _, done = pytest_run(root, ["-rA", *malleable_args(2)])
@@ -79,6 +81,7 @@ def test_failures_are_shown_as_in_a_plain_run(tmp_path: Path) -> None:
     assert "PASSED test_f.py::test_a" in done.stdout
 
 
+@pytest.mark.slow
 def test_stop_at_the_first_failure(tmp_path: Path) -> None:
     root = write_suite(tmp_path / "failing", SUITES["failing"])
     verdict, done = pytest_run(root, ["-x", *malleable_args(1)])
@@ -87,6 +90,7 @@ def test_stop_at_the_first_failure(tmp_path: Path) -> None:
     assert "stopping after 1 failures" in done.stdout
 
 
+@pytest.mark.slow
 def test_a_crashing_test_fails_and_the_run_goes_on(tmp_path: Path) -> None:
     root = write_suite(tmp_path / "crash", {"test_c.py": (
         "import os\ndef test_a(): pass\ndef test_crash(): os._exit(9)\n"
@@ -97,6 +101,7 @@ def test_a_crashing_test_fails_and_the_run_goes_on(tmp_path: Path) -> None:
     assert "crashed running this test (exit status 9)" in done.stdout
 
 
+@pytest.mark.slow
 def test_each_worker_has_its_session_fixtures_and_the_stats_say_who_ran_what(
         tmp_path: Path) -> None:
     root = write_suite(tmp_path / "mixed", SUITES["mixed"])
@@ -123,6 +128,7 @@ def test_a_command_that_is_not_pytest_is_left_alone() -> None:
         malleable_command("pytest", 0)
 
 
+@pytest.mark.slow
 def test_the_sandboxes_pytest_gives_the_same_verdict(tmp_path: Path) -> None:
     """Inside a sandbox pytest runs on the system's Python (Debian's python3-pytest, which the
     set-up installs); the runner needs nothing else."""
@@ -143,6 +149,7 @@ def test_the_control_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[
         control_main([str(tmp_path / "none.sock"), "status"])
 
 
+@pytest.mark.slow
 def test_workers_that_collect_in_another_order_still_take_tests(tmp_path: Path) -> None:
     """Each worker shuffles its collection with its own seed (as pytest-randomly does); every
     test waits until both workers have run one, so the run passes only if the second worker,

@@ -17,6 +17,8 @@ from malleable_runs import ROOT, malleable_args, pytest_run, verdict_of
 
 from tangram_celery.sandbox.malleable import resize
 
+pytestmark = pytest.mark.slow
+
 SUITE = '''
 import os, pathlib, time, pytest
 LOG = pathlib.Path(os.environ["MALLEABLE_LOG"])

@@ -12,6 +12,7 @@ import subprocess
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
 from conftest import Run, _host_pids_with
 from malleable_runs import ROOT, malleable_args, verdict_of
 from test_malleable import MIXED
@@ -20,6 +21,8 @@ from test_malleable_resize import SUITE, lines, wait_until
 from tangram_celery.sandbox import ExecOutcome
 from tangram_celery.sandbox.bwrap import BwrapBackend
 from tangram_celery.sandbox.malleable import CoreResizer, resize
+
+pytestmark = pytest.mark.slow
 
 RUNNER = ".runner"
 

@@ -20,27 +20,30 @@ from test_malleable_resize import SUITE, lines, wait_until
 
 from tangram_celery.sandbox import ExecOutcome
 from tangram_celery.sandbox.bwrap import BwrapBackend
-from tangram_celery.sandbox.malleable import CoreResizer, resize
+from tangram_celery.sandbox.malleable import CoreResizer, resize, runner_files
+from tangram_celery.sandbox.malleable.shipping import RUNNER_MODULES
 
 pytestmark = pytest.mark.slow
 
 RUNNER = ".runner"
 
 
-def runner_files() -> dict[str, str]:
-    """The source of every tangram_celery module the plugin imports, under ``.runner/``."""
+def test_the_shipped_modules_are_what_the_plugin_imports() -> None:
     listed = subprocess.run(
         ["/usr/bin/python3", "-c",
          "import json, sys\nimport tangram_celery.sandbox.malleable.plugin\n"
-         "print(json.dumps(sorted(m.__file__ for n, m in sys.modules.items()\n"
-         "                        if n.startswith('tangram_celery'))))"],
+         "print(json.dumps(sorted(n for n in sys.modules if n.startswith('tangram_celery'))))"],
         cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
-    paths = [Path(p) for p in json.loads(listed.stdout)]
-    return {f"{RUNNER}/{p.relative_to(ROOT)}": p.read_text() for p in paths}
+    assert json.loads(listed.stdout) == sorted(RUNNER_MODULES)
+    files = runner_files(RUNNER)
+    assert f"{RUNNER}/tangram_celery/sandbox/malleable/plugin.py" in files
+    assert f"{RUNNER}/tangram_celery/sandbox/__init__.py" in files
+    assert files[f"{RUNNER}/tangram_celery/errors.py"] == (
+        ROOT / "tangram_celery" / "errors.py").read_text()
 
 
 def test_a_malleable_run_in_a_sandbox(run: Run, two_cores: tuple[int, int]) -> None:
-    files = {**runner_files(), "suite/test_mixed.py": MIXED}
+    files = {**runner_files(RUNNER), "suite/test_mixed.py": MIXED}
     pytest = f"PYTHONPATH=/work/{RUNNER} python3 -m pytest -q -p no:cacheprovider -rA"
     plain = run(f"{pytest} suite", files=files, cores=two_cores, timeout_s=120)
     malleable = run(f"{pytest} {' '.join(malleable_args(2))} suite", files=files,
@@ -56,7 +59,7 @@ def test_the_node_grows_a_sandboxed_run_through_its_work_dir(
         run: Run, two_cores: tuple[int, int], sandbox_root: Path) -> None:
     """The run's control socket is in the work dir, so the node reaches it from the host (the
     sandbox has no network at all) and grows the run while its first test waits at a gate."""
-    files = {**runner_files(), "suite/test_resize.py": SUITE}
+    files = {**runner_files(RUNNER), "suite/test_resize.py": SUITE}
     command = (f"PYTHONPATH=/work/{RUNNER} MALLEABLE_LOG=/work/log MALLEABLE_GATE=/work/gate "
                f"python3 -m pytest -q -p no:cacheprovider "
                f"{' '.join(malleable_args(1, '--malleable-control=/work/control.sock'))} suite")
@@ -127,7 +130,7 @@ def start_sandboxed(run: Run, pool: ThreadPoolExecutor, workers: int, cores: tup
     command = (f"PYTHONPATH=/work/{RUNNER} python3 -m pytest -q -p no:cacheprovider "
                f"{' '.join(malleable_args(workers, '--malleable-control=/work/control.sock'))}"
                " suite")
-    files = {**runner_files(), "suite/test_cores.py": AFFINITY_SUITE}
+    files = {**runner_files(RUNNER), "suite/test_cores.py": AFFINITY_SUITE}
     return pool.submit(run, command, files=files, cores=cores, timeout_s=120)
 
 

@@ -8,7 +8,8 @@ report back, which the controller replays into its own session, so the failures,
 and the exit status are pytest's own. ``grow`` starts a worker, ``shrink`` retires one after its
 current test, each sent by :func:`~.control.resize` to the run's control socket, whose answer is
 where the node grows or shrinks the action's cpuset; :class:`~.resizer.CoreResizer` does both
-together for a sandboxed action. :func:`~.command.malleable_command` turns the
+together for a sandboxed action, and :func:`~.shipping.runner_files` gives the runner to an
+action whose Python lacks this package. :func:`~.command.malleable_command` turns the
 pytest invocations of an action's command into malleable runs and leaves any other command alone.
 
 Part of the sandbox layer: it imports the ground floor and the sandbox's output module only.
@@ -20,5 +21,7 @@ from tangram_celery.sandbox.malleable.command import is_pytest_command, malleabl
 from tangram_celery.sandbox.malleable.control import resize
 from tangram_celery.sandbox.malleable.pool import PLUGIN
 from tangram_celery.sandbox.malleable.resizer import CoreResizer
+from tangram_celery.sandbox.malleable.shipping import runner_files
 
-__all__ = ["PLUGIN", "CoreResizer", "is_pytest_command", "malleable_command", "resize"]
+__all__ = ["PLUGIN", "CoreResizer", "is_pytest_command", "malleable_command", "resize",
+           "runner_files"]

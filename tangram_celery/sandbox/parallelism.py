@@ -18,9 +18,12 @@ _SIMPLE_END_RE = re.compile(r"[;&|)\n]")
 
 
 def _has_explicit_workers(args: str) -> bool:
-    """Whether pytest arguments already choose the worker count or disable xdist."""
+    """Whether pytest arguments already choose the worker count (``-n``, ``--malleable``) or
+    disable xdist."""
     for token in args.split():
         if token == "-n" or token.startswith("--numprocesses") or token == "no:xdist":  # nosec B105 # pytest arguments, not passwords
+            return True
+        if token.startswith("--malleable="):
             return True
         if token.startswith("-n") and (token[2:3].isdigit() or token[2:3] in ("a", "l", "=")):
             return True
@@ -48,8 +51,9 @@ def rewrite_parallelism(command: str, units: int) -> str:
 
     Rewrites every ``pytest`` / ``py.test`` / ``python[3[.x]] -m pytest`` invocation at a command
     position (start, or after ``;``, ``&``, ``|``, ``(`` or a newline; leading ``VAR=value``
-    assignments allowed). Invocations that already pass ``-n``/``--numprocesses`` or disable xdist
-    (``-p no:xdist``) are left alone, and so is everything when ``units`` is 1. Pure function.
+    assignments allowed). Invocations that already pass ``-n``/``--numprocesses``, are malleable
+    runs (``--malleable=N``) or disable xdist (``-p no:xdist``) are left alone, and so is
+    everything when ``units`` is 1. Pure function.
     """
     if units < 1:
         raise ValueError(f"units must be >= 1, got {units}")

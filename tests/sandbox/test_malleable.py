@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from malleable_runs import malleable_args, pytest_run
 
+from tangram_celery.sandbox import rewrite_parallelism
 from tangram_celery.sandbox.malleable import PLUGIN, is_pytest_command, malleable_command, resize
 from tangram_celery.sandbox.malleable.control import main as control_main
 
@@ -122,6 +123,9 @@ def test_a_command_that_is_not_pytest_is_left_alone() -> None:
     assert malleable_command("cd /work && pytest -q tests", 3) == (
         f"cd /work && pytest -p {PLUGIN} --malleable=3 -q tests")
     assert malleable_command("pytest -n 4 tests", 3) == "pytest -n 4 tests"
+    once = malleable_command("pytest -q", 2)
+    assert malleable_command(once, 3) == once
+    assert rewrite_parallelism(once, 4) == once, "a malleable run never also gets -n"
     assert malleable_command("X=1 python3 -m pytest", 2, control="/w/run sock") == (
         f"X=1 python3 -m pytest -p {PLUGIN} --malleable=2 --malleable-control='/w/run sock'")
     with pytest.raises(ValueError, match="workers"):

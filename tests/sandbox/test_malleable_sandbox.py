@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from test_malleable_resize import SUITE, lines, wait_until
 
 from tangram_celery.client import test_run_action
 from tangram_celery.pools.conversion import exec_spec
-from tangram_celery.sandbox import ExecOutcome, ExecSpec
+from tangram_celery.sandbox import ExecOutcome, ExecSpec, SandboxBackend
 from tangram_celery.sandbox.bwrap import BwrapBackend
 from tangram_celery.sandbox.malleable import CoreResizer, resize, runner_files
 from tangram_celery.sandbox.malleable.shipping import RUNNER_MODULES
@@ -164,15 +165,21 @@ def test_the_node_shrinks_and_grows_the_cpuset_with_the_workers(
         frozenset({first, second})}, seen
 
 
-def test_a_pools_malleable_test_run_in_a_sandbox(
-        backend: BwrapBackend, two_cores: tuple[int, int]) -> None:
-    """The exec spec a CPU node makes of a ``malleable`` test-run action runs in the sandbox:
-    the verdict is pytest's, and the runner's files are gone afterwards."""
-    action = test_run_action("t1", "python3 -m pytest -q -p no:cacheprovider suite",
+def test_a_pools_malleable_test_run_in_each_sandbox(
+        sandbox: SandboxBackend, two_cores: tuple[int, int]) -> None:
+    """The exec spec a CPU node makes of a ``malleable`` test-run action runs in every kind of
+    sandbox (bwrap, bwrap on rlimits, Docker): the verdict is pytest's, and the runner's files
+    are gone afterwards."""
+    tid = f"m-{uuid.uuid4().hex[:8]}"
+    action = test_run_action(tid, "python3 -m pytest -q -p no:cacheprovider suite",
                              payload={"malleable": True,
                                       "files": {"suite/test_mixed.py": MIXED}})
-    outcome = backend.run(exec_spec(action, (0, 1), two_cores, 120.0))
+    try:
+        outcome = sandbox.run(exec_spec(action, (0, 1), two_cores, 120.0))
+        listed = sandbox.run(ExecSpec(tid, "ls -A /work", {}, 20.0, two_cores[:1]))
+    finally:
+        sandbox.end_trajectory(tid)
     verdict = verdict_of(outcome.stdout, outcome.exit_code or 0)
-    assert verdict.status == 1 and verdict.counts["passed"] == 10, outcome.stdout
-    listed = backend.run(ExecSpec("t1", "ls -A /work", {}, 20.0, two_cores[:1]))
+    assert verdict.status == 1 and verdict.counts["passed"] == 10, (
+        outcome.stdout + outcome.stderr)
     assert listed.stdout.split() == ["suite"]

@@ -66,9 +66,24 @@ install_verl() {
   "$VENV/bin/python" -m pip install -q --no-deps "verl==$VERL_VERSION"
 }
 
+# The test suites of a few published pure-Python packages (scripts/test-suites.txt), fetched once
+# at set-up as pinned sdists and unpacked; the tests never download anything.
+fetch_test_suites() {
+  local dir="$VENV/share/tangram-test-suites" want
+  want="$(grep -v '^#' scripts/test-suites.txt | grep .)"
+  if [ -f "$dir/.fetched" ] && [ "$(cat "$dir/.fetched")" = "$want" ]; then return; fi
+  log "fetching the test suites of: $(echo $want)"
+  mkdir -p "$dir/sdists"
+  # shellcheck disable=SC2086  # one argument per pinned package
+  "$VENV/bin/python" -m pip download -q --no-deps --no-binary :all: -d "$dir/sdists" $want
+  for sdist in "$dir"/sdists/*.tar.gz; do tar --no-same-owner -xzf "$sdist" -C "$dir"; done
+  printf '%s' "$want" > "$dir/.fetched"
+}
+
 setup() {
   install_debian_packages
   make_venv
+  fetch_test_suites
 }
 
 run_tests() {

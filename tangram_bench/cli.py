@@ -10,14 +10,19 @@ from tangram_bench import install_hint, missing_requirements
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``tangram bench <argv>``: ``overhead`` or one of :mod:`tangram_bench.suite`'s
-    workloads; exits 2 with what to install when the bench extra is missing."""
+    """Run ``tangram bench <argv>``: ``overhead``, ``malleable`` or one of
+    :mod:`tangram_bench.suite`'s workloads; exits 2 with what to install when the bench extra
+    is missing."""
     given = list(sys.argv[1:] if argv is None else argv)
     missing = missing_requirements()
     if missing:
         print(f"tangram: error: `tangram bench` needs {', '.join(missing)}, which the bench "
               f"extra installs: {install_hint()}", file=sys.stderr)
         return 2
+    if given[:1] == ["malleable"]:
+        from tangram_bench.malleable import main as malleable_main
+
+        return malleable_main(given[1:])
     if given[:1] == ["overhead"]:
         from tangram_bench.overhead import main as overhead_main
 

@@ -67,6 +67,8 @@ INVALID = [
     ("neither cmd nor code", base(payload={"files": {}}), "payload", "exactly one"),
     ("both cmd and code", base(payload={"cmd": "ls", "code": "1"}), "payload", "exactly one"),
     ("blank code", base(payload={"code": "  "}), "payload.code", "non-empty"),
+    ("malleable not a flag", base(payload={"cmd": "pytest", "malleable": "yes"}),
+     "payload.malleable", "true or false"),
     ("absolute file path", base(payload={"code": "1", "files": {"/etc/x": "y"}}),
      "payload.files./etc/x", "relative"),
     ("dotdot file path", base(payload={"code": "1", "files": {"a/../../x": "y"}}),

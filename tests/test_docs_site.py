@@ -17,7 +17,7 @@ README_MAX_BYTES = 8192
 PAGES = ("index.html", "architecture/index.html", "operations/index.html",
          "benchmarks/index.html", "results/index.html", "settings/index.html",
          "gateway/index.html", "hosts/index.html", "integration/index.html",
-         "traces/index.html", "layout/index.html", "dashboard.png")
+         "traces/index.html", "layout/index.html", "malleable/index.html", "dashboard.png")
 _FENCE = re.compile(r"^ {0,3}(```|~~~).*?^ {0,3}\1[^\n]*$", re.M | re.S)
 _CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1", re.S)
 _INLINE = re.compile(r"!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*(<[^>]*>|[^)\s]+)(?:\s+[\"'(][^)]*)?\)")

@@ -206,8 +206,9 @@ def _check_command_payload(payload: Mapping[str, Any]) -> None:
     for path in [*files, *_fetched(payload)]:
         if not path or path.startswith("/") or ".." in path.split("/") or "\x00" in path:
             raise ValidationError(f"payload.files.{path}", "paths must be relative, without '..'")
-    if not isinstance(payload.get("session", False), bool):
-        raise ValidationError("payload.session", "must be true or false")
+    for flag in ("session", "malleable"):
+        if not isinstance(payload.get(flag, False), bool):
+            raise ValidationError(f"payload.{flag}", "must be true or false")
     for name in ("memory_mb", "output_cap_bytes"):
         value = payload.get(name)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)

@@ -16,11 +16,17 @@ from tangram_celery.action import Action, ActionLimits
 from tangram_celery.pools.admission import Request
 from tangram_celery.pools.session import session_program
 from tangram_celery.sandbox import ExecOutcome, ExecSpec, rewrite_parallelism
+from tangram_celery.sandbox.base import INSIDE_WORKDIR
+from tangram_celery.sandbox.malleable import is_pytest_command, malleable_command, runner_files
 from tangram_celery.scheduling import DurationModel, Job, Signature
 from tangram_celery.scheduling.learned import learned_options
 from tangram_celery.settings import Settings
 
 SANDBOX_PYTHON = "/usr/bin/python3"
+MALLEABLE_RUNNER = ".tangram-runner"
+"""Where a malleable test run's runner modules go in the work dir (for the step only)."""
+MALLEABLE_CONTROL = ".tangram-malleable.sock"
+"""A malleable run's control socket in the work dir, reachable from the node."""
 FETCH_TIMEOUT_S = 30.0
 FETCH_CAP_BYTES = 16 * 1024 * 1024
 """Output cap of the fetch step (base64 of the files), unless the action gives its own."""
@@ -140,6 +146,7 @@ def _step_spec(
 ) -> ExecSpec:
     payload = action.payload
     python = None
+    env: dict[str, str] = dict(payload.get("env", {}))
     session = bool(payload.get("session")) and "code" in step
     if "code" in step:
         python = f".tangram-{action.id}{tag}.py"
@@ -147,20 +154,35 @@ def _step_spec(
         files = {**files, python: session_program(code) if session else code}
         command = f"{SANDBOX_PYTHON} {python}; s=$?; rm -f {python}; exit $s"
     else:
-        command = rewrite_parallelism(str(step["cmd"]), len(units))
+        command = str(step["cmd"])
+        if payload.get("malleable") and is_pytest_command(command):
+            command, files, env = _malleable(command, files, env, len(units))
+        else:
+            command = rewrite_parallelism(command, len(units))
     return ExecSpec(
         trajectory_id=action.trajectory_id,
         command=command,
         files=files,
         timeout_s=step.get("timeout_s") or action.timeout_s or default_timeout_s,
         cores=cpus,
-        env={**payload.get("env", {}), "TANGRAM_UNITS": str(len(units))},
+        env={**env, "TANGRAM_UNITS": str(len(units))},
         stdin=step.get("stdin"),
         python=python,
         memory_mb=payload.get("memory_mb"),
         output_cap_bytes=payload.get("output_cap_bytes"),
         keep_processes=session,
     )
+
+
+def _malleable(command: str, files: dict[str, str], env: dict[str, str], units: int,
+               ) -> tuple[str, dict[str, str], dict[str, str]]:
+    """A pytest step as a malleable run of ``units`` workers: the runner's modules go in with
+    the step's files (and are removed after it), its control socket is in the work dir."""
+    runner = f"{INSIDE_WORKDIR}/{MALLEABLE_RUNNER}"
+    path = ":".join(p for p in (runner, env.get("PYTHONPATH", "")) if p)
+    command = malleable_command(command, units, control=f"{INSIDE_WORKDIR}/{MALLEABLE_CONTROL}")
+    return (f"{command}; s=$?; rm -rf {runner}; exit $s",
+            {**files, **runner_files(MALLEABLE_RUNNER)}, {**env, "PYTHONPATH": path})
 
 
 def outcome_status(outcome: ExecOutcome) -> str:

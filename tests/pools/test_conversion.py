@@ -18,3 +18,22 @@ def test_a_command_action_has_no_script_and_gets_its_parallelism() -> None:
     spec = exec_spec(command_action("t", "pytest -q", cpu=(1, 4)), (0, 1), (0, 1), 30.0)
     assert spec.python is None and spec.command == "pytest -n 2 -q"
     assert spec.env["TANGRAM_UNITS"] == "2"
+
+
+def test_a_malleable_test_run_ships_the_runner_and_other_commands_stay() -> None:
+    from tangram_celery.client import test_run_action
+    from tangram_celery.pools.conversion import MALLEABLE_CONTROL, MALLEABLE_RUNNER
+    from tangram_celery.sandbox.malleable import PLUGIN
+
+    action = test_run_action("t", "python3 -m pytest -q tests",
+                             payload={"malleable": True, "env": {"PYTHONPATH": "/work/src"}})
+    spec = exec_spec(action, (0, 1, 2), (4, 5, 6), 30.0)
+    assert spec.command == (
+        f"python3 -m pytest -p {PLUGIN} --malleable=3 --malleable-control=/work/"
+        f"{MALLEABLE_CONTROL} -q tests; s=$?; rm -rf /work/{MALLEABLE_RUNNER}; exit $s")
+    assert f"{MALLEABLE_RUNNER}/tangram_celery/sandbox/malleable/plugin.py" in spec.files
+    assert spec.env["PYTHONPATH"] == f"/work/{MALLEABLE_RUNNER}:/work/src"
+    plain = exec_spec(test_run_action("t", "python3 solve.py", payload={"malleable": True}),
+                      (0, 1), (0, 1), 30.0)
+    assert plain.command == "python3 solve.py" and not plain.files
+    assert "PYTHONPATH" not in plain.env

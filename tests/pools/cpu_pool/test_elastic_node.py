@@ -9,7 +9,7 @@ from test_core_loans import check_exclusive
 
 from tangram_bench.emulation import amdahl_duration, emulated_exec, emulated_test_run
 from tangram_celery.action import Action, parse_action
-from tangram_celery.client import TangramClient
+from tangram_celery.client import TangramClient, test_run_action
 from tangram_celery.pools.conversion import request_for
 from tangram_celery.pools.registry import Registry
 from tangram_celery.scheduling import DurationModel
@@ -102,3 +102,33 @@ def test_a_node_tries_a_new_signature_at_several_counts() -> None:
     assert fresh.options[0][1] > fresh.options[-1][1]
     inelastic = request_for(action(), 0.0, model, prior=True)
     assert inelastic.options == ((1, None),)
+
+
+@pytest.mark.slow
+def test_a_malleable_test_run_on_a_real_node(
+    settings: Settings, cpu_workers: CpuWorkers, registry: Registry
+) -> None:
+    """A test-run action with ``malleable`` in its payload runs its pytest as a malleable run
+    with one worker per core it is given: every test runs in a worker of the runner, and each
+    waits until both workers have run one."""
+    suite = ("import os, pathlib, sys, time, pytest\n"
+             "PIDS = pathlib.Path('/work/pids')\n"
+             "@pytest.mark.parametrize('i', range(6))\n"
+             "def test_in_a_worker(i):\n"
+             "    assert any(a.startswith('--malleable-connect') for a in sys.argv)\n"
+             "    with PIDS.open('a') as f:\n"
+             "        f.write(f'{os.getpid()}\\n')\n"
+             "    deadline = time.monotonic() + 20\n"
+             "    while len(set(PIDS.read_text().split())) < 2:\n"
+             "        assert time.monotonic() < deadline, 'one worker only'\n"
+             "        time.sleep(0.02)\n")
+    cpu_workers({"ml-a": 2})
+    with TangramClient(settings) as client:
+        result = client.submit(test_run_action(
+            "m0", "python3 -m pytest -q -p no:cacheprovider suite", cpu=(1, 2),
+            elasticity="linear", t1=4.0, payload={"malleable": True,
+                                          "files": {"suite/test_w.py": suite}})).result(120)
+        client.end_trajectory("m0")
+    assert result.ok, result.output
+    assert "6 passed" in result.output["stdout"]
+    assert len(result.units) == 2

@@ -1,0 +1,102 @@
+"""The resize decisions of malleable test runs, as plain-data tables."""
+
+from __future__ import annotations
+
+import pytest
+
+from tangram_celery.scheduling.malleable import (
+    MalleableRun,
+    ResizeConfig,
+    ResizeDecision,
+    ResizeInputs,
+    Waiting,
+    decide_resize,
+    grow_gain,
+)
+
+START_1S = ResizeConfig(worker_start_s=1.0)
+SHORTEST = ResizeConfig(worker_start_s=1.0, weighting="shortest")
+
+
+def run(run_id: str, workers: int, work: float | None, tests: int = 100, done: int = 0,
+        spent: float = 0.0) -> MalleableRun:
+    """A run whose learned single-core duration makes ``work`` core-seconds remain."""
+    expected = None if work is None or not tests else work * tests / (tests - done)
+    return MalleableRun(run_id, workers, tests, done, spent, expected)
+
+
+CASES = [
+    ("free cores go to a long run", ResizeInputs(3, (run("a", 1, 100.0),)), START_1S,
+     ResizeDecision(grow={"a": 3})),
+    ("no test left for a new worker", ResizeInputs(2, (run("a", 1, 1.0, tests=10, done=9),)),
+     START_1S, ResizeDecision(idle=2)),
+    ("the start cost eats the gain", ResizeInputs(2, (run("a", 1, 1.5),)),
+     ResizeConfig(worker_start_s=2.0), ResizeDecision(idle=2)),
+    ("a run grows while it gains, then the rest stays idle",
+     ResizeInputs(8, (run("a", 1, 6.0),)), START_1S, ResizeDecision(grow={"a": 5}, idle=3)),
+    ("a least gain stops it earlier",
+     ResizeInputs(8, (run("a", 1, 6.0),)), ResizeConfig(worker_start_s=1.0, min_gain=0.5),
+     ResizeDecision(grow={"a": 2}, idle=6)),
+    ("an exec action takes a core back from the run that loses least",
+     ResizeInputs(0, (run("a", 3, 90.0), run("b", 2, 10.0)), (Waiting("x"),)), START_1S,
+     ResizeDecision(start=("x",), shrink={"b": 1})),
+    ("shortest first takes it from the longest run instead",
+     ResizeInputs(0, (run("a", 3, 90.0), run("b", 2, 10.0)), (Waiting("x"),)), SHORTEST,
+     ResizeDecision(start=("x",), shrink={"a": 1})),
+    ("free cores are used before any is taken back",
+     ResizeInputs(1, (run("a", 3, 90.0),), (Waiting("x"), Waiting("y"))), START_1S,
+     ResizeDecision(start=("x", "y"), shrink={"a": 1})),
+    ("a run keeps one worker, and a head that cannot start blocks the queue",
+     ResizeInputs(0, (run("a", 1, 90.0),), (Waiting("x", 2), Waiting("y"))), START_1S,
+     ResizeDecision()),
+    ("absolute: the long run gains more seconds",
+     ResizeInputs(1, (run("long", 1, 100.0), run("short", 1, 4.0))), START_1S,
+     ResizeDecision(grow={"long": 1})),
+    ("shortest: the short run grows first",
+     ResizeInputs(1, (run("long", 1, 100.0), run("short", 1, 4.0))), SHORTEST,
+     ResizeDecision(grow={"short": 1})),
+    ("a run of unknown work grows only onto cores no known gain wants",
+     ResizeInputs(3, (run("known", 1, 100.0, tests=2), run("new", 1, None, tests=50))),
+     START_1S, ResizeDecision(grow={"known": 1, "new": 2})),
+    ("a run of unknown work gives its cores back first",
+     ResizeInputs(0, (run("known", 2, 100.0), run("new", 2, None)), (Waiting("x"),)), START_1S,
+     ResizeDecision(start=("x",), shrink={"new": 1})),
+    ("a run still collecting does not grow",
+     ResizeInputs(2, (MalleableRun("a", 1, 0, 0, expected_core_s=100.0),)),
+     START_1S, ResizeDecision(idle=2)),
+    ("a run that gave a core back does not grow in the same decision",
+     ResizeInputs(1, (run("a", 2, 100.0), run("b", 2, 100.0)), (Waiting("x", 2),)), START_1S,
+     ResizeDecision(start=("x",), shrink={"a": 1})),
+]
+
+
+@pytest.mark.parametrize(("name", "inputs", "config", "expected"), CASES,
+                         ids=[case[0] for case in CASES])
+def test_decisions(name: str, inputs: ResizeInputs, config: ResizeConfig,
+                   expected: ResizeDecision) -> None:
+    assert decide_resize(inputs, config) == expected
+
+
+def test_remaining_work_without_a_learned_duration_comes_from_the_work_done() -> None:
+    measured = MalleableRun("a", 1, tests=10, done=5, core_s_spent=50.0)
+    assert measured.remaining_core_s == pytest.approx(50.0)
+    assert MalleableRun("a", 1, tests=10, done=0).remaining_core_s is None
+    learned = MalleableRun("a", 2, tests=10, done=5, expected_core_s=30.0)
+    assert learned.remaining_core_s == pytest.approx(15.0)
+    assert learned.spare_tests == 3
+
+
+def test_the_gain_counts_the_start_cost() -> None:
+    a = run("a", 1, 100.0)
+    assert grow_gain(a, 1, ResizeConfig(worker_start_s=0.0)) == pytest.approx(50.0)
+    assert grow_gain(a, 1, START_1S) == pytest.approx(100.0 - (1.0 + 99.0 / 2))
+    assert grow_gain(run("u", 1, None), 1, START_1S) is None
+
+
+def test_bad_inputs_are_refused() -> None:
+    with pytest.raises(ValueError, match="workers"):
+        MalleableRun("a", 0, 10, 0)
+    with pytest.raises(ValueError, match="core"):
+        Waiting("x", 0)
+    with pytest.raises(ValueError, match="weighting"):
+        ResizeConfig(worker_start_s=1.0, weighting="fair")  # type: ignore[arg-type]

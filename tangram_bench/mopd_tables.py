@@ -11,7 +11,8 @@ TANGRAM = "tangram"
 TARGETS = {"static-tp4": 0.25, "static": 0.50}
 """Issue 20's targets: tangram's GPUs for equal mean ACT, as a share of each baseline's."""
 LABELS = {"static-tp4": "static-tp4 (the paper's: one TP4 replica per teacher)",
-          "static": "static (replicas sized by an oracle of the run's demand)"}
+          "static": "static (replicas sized in hindsight to the whole run's demand: a favour to "
+          "the baseline, which no real deployment has)"}
 
 
 @dataclass(frozen=True)

@@ -17,15 +17,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tangram_bench.claims import SWEEP, Headline, anchor, brief, claims_table
 from tangram_bench.sim.costs import LABELS, OPERATOR, PRESETS, describe
 from tangram_bench.summary import Summary, from_json
 from tangram_bench.tables import (
-    METRICS,
     comparison_table,
     headline_table,
     ordered_presets,
-    span,
-    sweep_range,
     sweep_table,
     system_table,
 )
@@ -116,14 +114,21 @@ def embedded(text: str) -> str:
     return _LOCAL_IMAGE.sub(r"\1bench/", text)
 
 
-def index(sections: Mapping[str, str]) -> str:
-    """``results.md``: the intro, then every section in a fixed order."""
+def index(sections: Mapping[str, str],
+          summaries: Mapping[str, Sequence[Summary]] | None = None) -> str:
+    """``results.md``: the intro, the claims table (:func:`claims_table`: the README's
+    sections first; ``summaries``: each sweep section's), then every section in a fixed
+    order."""
     def rank(name: str) -> tuple[int, str]:
         prefix = next((i for i, p in enumerate(ORDER) if name.startswith(p)), len(ORDER))
         return prefix, name
 
-    body = [embedded(sections[name]) for name in sorted(sections, key=rank)]
-    return "\n".join([TITLE, "", INTRO, "", *body])
+    ordered = sorted(sections, key=rank)
+    first = [name for name in README_SECTIONS if name in sections]
+    claims = claims_table(sections, [*first, *(n for n in ordered if n not in first)],
+                          summaries)
+    body = [embedded(sections[name]) for name in ordered]
+    return "\n".join([TITLE, "", INTRO, "", *claims, *body])
 
 
 def read_sections(bench_dir: Path) -> dict[str, str]:
@@ -137,9 +142,15 @@ def read_summaries(bench_dir: Path, names: Sequence[str]) -> dict[str, list[Summ
     found = {}
     for name in names:
         path, section = bench_dir / f"{name}.json", bench_dir / f"{name}.md"
-        if path.is_file() and section.is_file() and _SWEEP.search(section.read_text()):
+        if path.is_file() and section.is_file() and SWEEP.search(section.read_text()):
             found[name] = from_json(json.loads(path.read_text()))
     return found
+
+
+def rebuilt(bench_dir: Path) -> str:
+    """``results.md`` as the sections in ``bench_dir`` (and their summaries) make it."""
+    sections = read_sections(bench_dir)
+    return index(sections, read_summaries(bench_dir, list(sections)))
 
 
 def publish(out: Path, name: str, text: str) -> None:
@@ -148,7 +159,7 @@ def publish(out: Path, name: str, text: str) -> None:
     folder = out / "bench"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{name}.md").write_text(text + "\n")
-    (out / "results.md").write_text(index(read_sections(folder)))
+    (out / "results.md").write_text(rebuilt(folder))
     readme = out.parent / "README.md"
     if readme.is_file() and write_readme(readme, folder):
         print(f"updated the results block of {readme}", file=sys.stderr)
@@ -160,89 +171,6 @@ README_SECTIONS = ("coding-sim-batch", "coding-real", "mopd-sim-parity", "mopd-r
                    "deepsearch-sim-batch")
 """The sections the README's table shows, in its order: the first of each family of ``ORDER``
 and the real-stack ones. A section missing from ``docs/bench`` is left out."""
-README_METRICS = ("external time per trajectory", "reward ACT (test run / reward call)")
-"""The metric a row shows: the first of these that the section's headline table has."""
-README_PRESET = "ratio: scheduling effects alone"
-"""The ratio column a row reads when the table has it; else its first ratio column."""
-_DURATIONS = re.compile(r"durations told to the policies: `(?P<mode>[^`]+)`")
-_SWEEP = re.compile(r"^Command: `tangram bench [^`]*--sweep (?P<axis>\w+)", re.MULTILINE)
-_RATIO = re.compile(r"^(?P<value>\d+(?:\.\d+)?)x(?:\s|$)")
-
-
-@dataclass(frozen=True)
-class Headline:
-    """One section's README row: tangram against the baseline that comes closest to it."""
-
-    name: str
-    point: str
-    durations: str | None
-    metric: str
-    preset: str
-    baseline: str
-    ratio: str
-    over: str = "-"
-    """The least and greatest ratio over the sweep's points ("-": not a sweep)."""
-
-
-def _cells(line: str) -> list[str]:
-    return [cell.strip() for cell in line.strip().strip("|").split("|")]
-
-
-def headline_rows(text: str) -> tuple[str, list[str], list[list[str]]]:
-    """The point of a section's "### Headline ratios (...)" table, its header cells and rows."""
-    lines = text.splitlines()
-    heading = next((line for line in lines if line.startswith("### Headline ratios")), "")
-    if not heading:
-        return "", [], []
-    start = lines.index(heading) + 2
-    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
-    table = [_cells(line) for line in lines[start:end]]
-    point = heading.removeprefix("### Headline ratios").strip()
-    point = point[1:-1] if point.startswith("(") and point.endswith(")") else point
-    return point, table[0] if table else [], table[2:]
-
-
-def brief(name: str, text: str, summaries: Sequence[Summary] = ()) -> Headline | None:
-    """The README row of one section, taken from the section that ``tangram bench`` wrote: in
-    its headline table, the first of ``README_METRICS`` it has, in the ``README_PRESET`` column
-    (else the first ratio column), the baseline with the lowest ratio (the closest to tangram;
-    "best ..." summary rows are skipped as they repeat a baseline's row). For a sweep, the
-    range of that ratio over the sweep's points, from the section's ``summaries`` (every
-    point's). None when the section has no such ratio."""
-    point, header, rows = headline_rows(text)
-    if len(header) < 3:
-        return None
-    column = header.index(README_PRESET) if README_PRESET in header else 2
-    preset = header[column].removeprefix("ratio: ") if header[column].startswith("ratio: ") else ""
-    for metric in README_METRICS:
-        ratios = [(float(m["value"]), row[0], row[column]) for row in rows
-                  if len(row) > column and row[1] == metric and not row[0].startswith("best ")
-                  and (m := _RATIO.match(row[column]))]
-        if ratios:
-            _, baseline, ratio = min(ratios, key=lambda r: r[0])
-            mode = _DURATIONS.search(text)
-            return Headline(name, point, mode["mode"] if mode else None, metric, preset,
-                            baseline, ratio, _over(text, summaries, baseline, preset, metric))
-    return None
-
-
-def _over(text: str, summaries: Sequence[Summary], baseline: str, preset: str,
-          metric: str) -> str:
-    swept = _SWEEP.search(text)
-    if not swept:
-        return "-"
-    key = next((k for k, label in LABELS.items() if label == preset), preset)
-    measure = dict(METRICS).get(metric)
-    if measure is None:
-        return "n/a"
-    return span(sweep_range(summaries, swept["axis"], baseline, key, measure))
-
-
-def anchor(name: str) -> str:
-    """The anchor GitHub and mkdocs give the heading ``## name``."""
-    return re.sub(r"[^\w\- ]", "", name.strip().lower()).replace(" ", "-")
-
-
 def readme_row(h: Headline, docs: str = "docs") -> str:
     """One row of the README's results table."""
     at = h.point + (f"; durations `{h.durations}`" if h.durations else "")
@@ -322,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     readme, bench_dir = args.root / "README.md", args.root / "docs" / "bench"
     results = bench_dir.parent / "results.md"
-    report = index(read_sections(bench_dir))
+    report = rebuilt(bench_dir)
     if args.check:
         old, new = updated_readme(readme, bench_dir)
         return int(new != old or not results.is_file() or results.read_text() != report)

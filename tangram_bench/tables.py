@@ -138,7 +138,8 @@ def headline_table(summaries: Sequence[Summary], costs: Sequence[str],
                    sweep: tuple[str, Sequence[Summary]] | None = None) -> list[str]:
     """Ratios baseline / tangram for each metric, one column per cost preset (scheduling
     effects alone first): the mean over the seeds of each seed's ratio, and their range; then
-    the best fixed DoP's (least external time, resp. step time, over the seeds) with its name.
+    the best fixed DoP's (least external time, resp. step time, over the seeds) with its name,
+    and per metric the best baseline's (:func:`closest_cell`) with its name.
     With ``sweep`` (the swept knob and every point's summaries), a column per preset gives the
     least and greatest ratio over the sweep's points (:func:`sweep_range`)."""
     costs = ordered_presets(costs)
@@ -166,7 +167,32 @@ def headline_table(summaries: Sequence[Summary], costs: Sequence[str],
             cells.append(f"{spread(ratios, times=True)}, {best}" if ratios else "n/a")
         if any(c != "n/a" for c in cells):
             rows.append(["best fixed DoP", name, *cells, *(["n/a"] * len(costs) if sweep else [])])
+    if len(baselines) > 1:
+        for name, metric in METRICS:
+            cells = [closest_cell(by, baselines, preset, metric) for preset in costs]
+            if any(c != "n/a" for c in cells):
+                rows.append([BEST, name, *cells, *(["n/a"] * len(costs) if sweep else [])])
     return _table(header, rows)
+
+
+BEST = "best baseline"
+"""The headline rows naming, per metric, the baseline that comes closest to tangram."""
+
+
+def closest_cell(by: BySeed, baselines: Sequence[str], preset: str, metric: Metric) -> str:
+    """The baseline with the lowest ratio to tangram on ``metric`` under ``preset`` (the mean
+    over the seeds of each seed's ratio), written as its ratio then its name."""
+    found = {}
+    for baseline in baselines:
+        ratios = [r for r in seed_ratios(by.get((baseline, preset)),
+                                         by.get((REFERENCE, preset)), metric)
+                  if not math.isnan(r)]
+        if ratios:
+            found[baseline] = ratios
+    if not found:
+        return "n/a"
+    best = min(found, key=lambda name: statistics.fmean(found[name]))
+    return f"{spread(found[best], times=True)}, {best}"
 
 
 def comparison_table(summaries: Sequence[Summary]) -> list[str]:
@@ -214,19 +240,28 @@ def sweep_table(summaries: Sequence[Summary], axis: str, preset: str,
     return _table([axis, *systems, *(["best fixed DoP"] if fixed else [])], rows)
 
 
-def sweep_range(summaries: Sequence[Summary], axis: str, baseline: str, preset: str,
-                metric: Metric) -> tuple[float, float] | None:
-    """The least and the greatest, over the sweep's points, of the ratio ``baseline`` /
-    tangram under ``preset`` (at each point the mean of each seed's ratio, as in the headline
-    table); None with fewer than two points where both ran."""
+def point_ratios(summaries: Sequence[Summary], axis: str, baseline: str, preset: str,
+                 metric: Metric) -> list[tuple[float | None, float]]:
+    """Per sweep point where both ran, in the order of the sweep: the point's value of
+    ``axis`` and the ratio ``baseline`` / tangram under ``preset`` (the mean of each seed's
+    ratio, as in the headline table)."""
     chosen = [s for s in summaries if s.costs == preset]
-    means = []
+    found = []
     for point in axis_values([s.point for s in chosen], axis):
         by = by_seed([s for s in chosen if axis_value(s.point, axis) == point])
         ratios = [r for r in seed_ratios(by.get((baseline, preset)), by.get((REFERENCE, preset)),
                                          metric) if not math.isnan(r)]
         if ratios:
-            means.append(statistics.fmean(ratios))
+            found.append((point, statistics.fmean(ratios)))
+    return found
+
+
+def sweep_range(summaries: Sequence[Summary], axis: str, baseline: str, preset: str,
+                metric: Metric) -> tuple[float, float] | None:
+    """The least and the greatest, over the sweep's points, of the ratio ``baseline`` /
+    tangram under ``preset`` (:func:`point_ratios`); None with fewer than two points where
+    both ran."""
+    means = [r for _, r in point_ratios(summaries, axis, baseline, preset, metric)]
     return (min(means), max(means)) if len(means) >= 2 else None
 
 

@@ -115,3 +115,15 @@ def test_the_parallel_sweep_table_names_its_base_point_the_default_mix() -> None
     fixed = [replace(r, point={"batch": 8, "parallel": 0.5}) for r in RUNS[:4]]
     table = sweep_table([*fixed, *mixed], "parallel", "sched")
     assert [line.split(" | ")[0] for line in table[2:]] == ["| default mix", "| 0.5"]
+
+
+def test_a_best_baseline_row_per_metric_names_the_lowest_ratio_among_all_baselines() -> None:
+    runs = [*RUNS, run("static", 1, 9.0, 300.0), run("static", 2, 30.0, 300.0)]
+    lines = headline_table(runs, ["sched"], {"sched": "alone"})
+    rows = {tuple(c.strip() for c in line.split("|")[1:3]): line.split("|")[3].strip()
+            for line in lines[2:]}
+    assert rows[("best baseline", "external time per trajectory")] == (
+        "1.20x (0.90-1.50), static")  # static 1.20x, fixed-dop-4 1.35x, fixed-dop-8 1.55x
+    assert rows[("best baseline", "makespan / step time")] == "1.25x (1.20-1.30), fixed-dop-8"
+    alone = headline_table([r for r in RUNS if r.system != "fixed-dop-8"], ["sched"], {})
+    assert not any("best baseline" in line for line in alone), "one baseline: no such row"

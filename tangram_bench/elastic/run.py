@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tangram_bench.elastic.actions import Step, scheduler_for, steps_for
+from tangram_bench.elastic.records import gather
 from tangram_bench.elastic.stock import run_stock
 from tangram_bench.sim.record import ActionRecord, RunResult
 from tangram_bench.workloads import Workload
@@ -103,17 +104,10 @@ def run_real(workload: Workload, system: str, cores: int, point: dict[str, objec
         result.wall_s = time.perf_counter() - began
         result.decide_calls, result.decide_s = reported_decisions(
             live, DemoConfig(nodes=1, cores_per_node=cores).node_names)
-    for trajectory, results in zip(workload.trajectories, outcome, strict=True):
-        mine = [record_of(done, spec, trajectory.id, index, origin)
-                for index, (spec, done) in enumerate(zip(trajectory.actions, results,
-                                                         strict=True))]
-        began = mine[0].submitted - trajectory.actions[0].think_s
-        result.trajectory_times[trajectory.id] = mine[-1].finished - began
-        result.records.extend(mine)
-    result.makespan = max((r.finished for r in result.records), default=0.0)
-    result.step_times = [result.makespan]
-    result.reserved = sum(r.held for r in result.records)
-    result.capacity["cpu"] = float(cores)
+    gather(result, workload, [
+        [record_of(done, spec, trajectory.id, index, origin)
+         for index, (spec, done) in enumerate(zip(trajectory.actions, results, strict=True))]
+        for trajectory, results in zip(workload.trajectories, outcome, strict=True)], cores)
     failed = [r for r in (x for xs in outcome for x in xs) if not r.ok]
     if failed:
         raise RuntimeError(f"{len(failed)} actions failed on the real stack, e.g. "

@@ -23,6 +23,7 @@ from typing import Any
 from celery import Celery
 
 from tangram_bench.elastic.actions import Step, steps_for
+from tangram_bench.elastic.records import gather
 from tangram_bench.elastic.stock_app import TASK, URL_VARIABLE, make_stock_app
 from tangram_bench.sim.record import ActionRecord, RunResult
 from tangram_bench.workloads import Workload
@@ -165,15 +166,7 @@ def run_stock(workload: Workload, cores: int, point: dict[str, object],
         began = time.perf_counter()
         outcome = asyncio.run(_run_batch(app, f"stock-{tag}", batch, tick))
         result.wall_s = time.perf_counter() - began
-    for trajectory, answers in zip(workload.trajectories, outcome, strict=True):
-        mine = [record_of(answer, spec, trajectory.id, index, origin)
-                for index, (spec, answer) in enumerate(zip(trajectory.actions, answers,
-                                                           strict=True))]
-        result.trajectory_times[trajectory.id] = (mine[-1].finished - mine[0].submitted
-                                                  + trajectory.actions[0].think_s)
-        result.records.extend(mine)
-    result.makespan = max((r.finished for r in result.records), default=0.0)
-    result.step_times = [result.makespan]
-    result.reserved = sum(r.held for r in result.records)
-    result.capacity["cpu"] = float(cores)
-    return result
+    return gather(result, workload, [
+        [record_of(answer, spec, trajectory.id, index, origin)
+         for index, (spec, answer) in enumerate(zip(trajectory.actions, answers, strict=True))]
+        for trajectory, answers in zip(workload.trajectories, outcome, strict=True)], cores)

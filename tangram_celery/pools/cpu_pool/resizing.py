@@ -61,8 +61,9 @@ class WorkdirBackend(Protocol):
 @dataclass
 class Tracked:
     """A malleable run as the node holds it: its action, units, control socket (its name in
-    the work dir), learned single-core duration, the core-seconds held so far, and whether it
-    was ever resized."""
+    the work dir), learned single-core duration, the core-seconds held so far, whether it was
+    ever resized, and whether it may still grow (not after a refused grow: a sandbox without a
+    writable cpuset, a run that ends)."""
 
     action_id: str
     trajectory_id: str
@@ -72,6 +73,7 @@ class Tracked:
     since: float
     core_s: float = 0.0
     resized: bool = False
+    grows: bool = True
     resizer: CoreResizer | None = None
 
     def held_core_s(self, now: float) -> float:
@@ -90,10 +92,10 @@ def run_view(tracked: Tracked, status: Mapping[str, Any], now: float) -> Malleab
     """The policy's view of a run from its control socket's ``status`` answer: its cores
     (the units it holds), its tests, and its tests done, counting those its workers hold
     beyond the queue's (a worker holds the next id ahead), so that a new worker is only
-    wanted for ids still queued."""
+    wanted for ids still queued (for none once it refused to grow)."""
     tests = int(status.get("tests") or 0)
     done = int(status.get("done") or 0)
-    queued = status.get("queued")
+    queued = 0 if not tracked.grows else status.get("queued")
     if queued is not None:
         done = max(done, tests - int(queued) - len(tracked.units))
     return MalleableRun(tracked.action_id, len(tracked.units), tests,
@@ -254,6 +256,7 @@ class MalleableRuns:
                 return
             if not resizer.grow(self.physical(unit)):
                 self._change(tracked, units[:-1])
+                tracked.grows = False
                 return
 
     def _change(self, tracked: Tracked, units: list[int]) -> bool:

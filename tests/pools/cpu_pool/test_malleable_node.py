@@ -6,8 +6,13 @@ the run's own log; nothing is timed."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import shutil
 import time
+import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +21,10 @@ from test_core_loans import check_exclusive
 
 from tangram_celery.client import TangramClient, command_action, test_run_action
 from tangram_celery.pools.conversion import MALLEABLE_CONTROL
+from tangram_celery.pools.cpu_pool import CpuNode
 from tangram_celery.pools.registry import Registry
+from tangram_celery.sandbox import SandboxLimits
+from tangram_celery.sandbox.bwrap import BwrapBackend
 from tangram_celery.sandbox.malleable import resize
 from tangram_celery.settings import Settings
 
@@ -179,3 +187,38 @@ def test_a_core_no_worker_will_use_goes_back_without_asking_the_run(
     check_verdict(result)
     held = [r for r in allocations(registry, "ml-idle") if r["action_id"] == result.action_id]
     assert [len(r["units"]) for r in sorted(held, key=lambda r: r["start"])] == [1, 2, 1]
+
+
+def test_without_a_writable_cpuset_a_run_keeps_its_cores_and_its_verdict(
+        settings: Settings, registry: Registry) -> None:
+    """bubblewrap without cgroups cannot re-pin a running action: the node's one try to grow
+    the run is undone and not repeated, and the run ends on the core it was admitted on."""
+    root = Path("/var/tmp") / f"tangram-mall-test-{uuid.uuid4().hex[:10]}"
+    backend = BwrapBackend(root, SandboxLimits(memory_mb=512), cgroups=False,
+                           enforce="best-effort", ready=0)
+    node_settings = dataclasses.replace(settings, node=dataclasses.replace(
+        settings.node, scheduler="fcfs-min", malleable_resize=True, malleable_tick_s=0.2))
+    node = CpuNode(node_settings, "ml-plain", 2, [0, 0], 1024.0, backend, registry)
+    assert node.malleable is None, "two units on one CPU: the node does not resize"
+    node = CpuNode(node_settings, "ml-plain", 2, sorted(os.sched_getaffinity(0))[:2], 1024.0,
+                   backend, registry)
+    malleable = node.malleable
+    assert malleable is not None
+    node.start()
+    try:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            running = pool.submit(node.execute, malleable_run("p-run", work_waits=False).to_json(),
+                                  time.time())
+            log = wait_for(lambda: one(root, "run-log"), "the run's first test")
+            wait_for(lambda: any(not t.grows for t in list(malleable.runs.values())),
+                     "the node's try to grow the run")
+            log.with_name("run-gate").touch()
+            result = running.result(WAIT_S)
+    finally:
+        node.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    assert result["status"] == "failed" and result["output"]["exit_code"] == 1
+    assert "1 failed, 6 passed" in result["output"]["stdout"], result["output"]["stdout"]
+    held = [r for r in registry.allocations("ml-plain") if r["action_id"] == result["action_id"]]
+    assert len(held) <= 3, "one try to grow at most: admitted, reserved, given back"
+    assert len(held[-1]["units"]) == 1

@@ -75,3 +75,10 @@ def test_the_loan_book_follows_a_run_whose_cores_change() -> None:
     assert loans.resized("run", (0, 3))
     assert loans.held["run"].units == (0, 3) and loans.held["run"].pinned == (10, 13)
     assert not loans.resized("nobody", (1,))
+
+
+def test_a_run_that_refused_to_grow_is_not_offered_cores() -> None:
+    run = tracked([0])
+    run.grows = False
+    view = run_view(run, {"tests": 10, "done": 2, "queued": 6}, 0.0)
+    assert view.spare_tests == 0 and view.done == 9

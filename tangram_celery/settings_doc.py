@@ -106,6 +106,15 @@ DESCRIPTIONS: dict[str, str] = {
     "durations_sync_s": "How often (seconds) a CPU node reads the actions other nodes finished "
                         "into its duration model, through one Redis stream; 0: each node learns "
                         "alone.",
+    "malleable_resize": "Whether a CPU node grows and shrinks its running malleable test runs "
+                        "(actions with `\"malleable\": true`; bwrap with cgroups only): idle "
+                        "cores join them, a waiting action takes cores back at once.",
+    "malleable_tick_s": "How often (seconds) a CPU node reads its malleable runs' progress and "
+                        "resizes them, besides at each action's arrival and end.",
+    "malleable_start_s": "A malleable run's worker start and collection cost (seconds) that the "
+                         "resize decision counts against the gain of a new worker.",
+    "malleable_weighting": "Which malleable run gets a free core first: `absolute` (the most "
+                           "seconds saved) or `shortest` (the least remaining time).",
     "triton_url": "Triton Inference Server address of the GPU pools.",
     "triton_protocol": "Triton client protocol: `http` or `grpc`.",
     "triton_repository": "Model repository the GPU pools load reward models from.",

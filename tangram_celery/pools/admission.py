@@ -99,6 +99,7 @@ class Admission:
         policy: Policy = fcfs_minimum,
         clock: Callable[[], float] = time.time,
         history: int = 100_000,
+        on_wait: Callable[[], None] | None = None,
     ) -> None:
         if not units:
             raise TangramError("a pool needs at least one unit")
@@ -113,6 +114,8 @@ class Admission:
         self.records: list[AllocationRecord] = []
         self._open: dict[str, AllocationRecord] = {}
         self._decided: dict[str, float] = {}
+        self.on_wait = on_wait
+        """Called (outside the lock) when a request arrives that is not admitted at once."""
         self.policy_calls = 0
         """Policy calls so far."""
         self.policy_s = 0.0
@@ -147,6 +150,8 @@ class Admission:
         with self._lock:
             self._waiting.append(slot)
             self._schedule_locked()
+        if self.on_wait is not None and not slot.event.is_set():
+            self.on_wait()
         if not slot.event.wait(timeout):
             with self._lock:
                 if not slot.event.is_set():
@@ -167,6 +172,39 @@ class Admission:
                 record.end = self._clock()
             self._schedule_locked()
             return record
+
+    def free_units(self) -> tuple[int, ...]:
+        """The units no running action holds, in order."""
+        with self._lock:
+            return tuple(self._free)
+
+    def waiting_requests(self) -> tuple[Request, ...]:
+        """The requests waiting for units, in arrival order."""
+        with self._lock:
+            return tuple(s.request for s in self._waiting)
+
+    def resize(self, action_id: str, units: tuple[int, ...]) -> AllocationRecord | None:
+        """Change a running action's units to ``units`` (a malleable run grows or shrinks):
+        added units must be free, dropped ones become free and the waiting actions that now
+        fit are admitted. Its allocation record so far is closed (returned) and a new one opens
+        with ``units``; None, changing nothing, when it does not run or the units are taken."""
+        with self._lock:
+            running = self._running.get(action_id)
+            if running is None or not units or len(set(units)) != len(units):
+                return None
+            added = set(units) - set(running.units)
+            if not added <= set(self._free):
+                return None
+            dropped = set(running.units) - set(units)
+            self._free = sorted((set(self._free) - added) | dropped)
+            self._running[action_id] = replace(running, units=tuple(units))
+            now = self._clock()
+            closed = self._open.pop(action_id, None)
+            if closed is not None:
+                closed.end = now
+            self._record_locked(action_id, tuple(units), now)
+            self._schedule_locked()
+            return closed
 
     def postpone(self, action_id: str, seconds: float) -> None:
         """Expect ``action_id``'s run to end ``seconds`` later than its duration says (a GPU
@@ -230,10 +268,13 @@ class Admission:
             slot.request.id, units, now, None if expected is None else now + expected,
             slot.request.service,
         )
-        record = AllocationRecord(slot.request.id, units, now)
-        self._open[slot.request.id] = record
+        self._record_locked(slot.request.id, units, now)
+        slot.units = units
+        slot.event.set()
+
+    def _record_locked(self, action_id: str, units: tuple[int, ...], now: float) -> None:
+        record = AllocationRecord(action_id, units, now)
+        self._open[action_id] = record
         self.records.append(record)
         if len(self.records) > self._history:
             del self.records[: len(self.records) - self._history]
-        slot.units = units
-        slot.event.set()

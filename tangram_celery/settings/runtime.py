@@ -12,6 +12,7 @@ from tangram_celery.settings.field import PREFIX, positive, setting
 
 SCHEDULERS = ("robust", "elastic", "fcfs-min")
 FENCE_MODES = ("finish", "kill")
+WEIGHTINGS = ("absolute", "shortest")
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,10 @@ class NodeSettings:
     scheduler_depth: int = setting(2, "SCHEDULER_DEPTH")
     durations_sync_s: float = setting(1.0, "DURATIONS_SYNC_S")
     fence_running: str = setting("finish", "FENCE_RUNNING")
+    malleable_resize: bool = setting(False, "MALLEABLE_RESIZE")
+    malleable_tick_s: float = setting(1.0, "MALLEABLE_TICK_S")
+    malleable_start_s: float = setting(1.0, "MALLEABLE_START_S")
+    malleable_weighting: str = setting("absolute", "MALLEABLE_WEIGHTING")
 
     def check(self) -> None:
         """Raise :class:`ConfigError` if a value is unusable."""
@@ -159,3 +164,9 @@ class NodeSettings:
         if self.durations_sync_s < 0:
             raise ConfigError(f"{PREFIX}DURATIONS_SYNC_S must be >= 0 (0: each node learns "
                               "durations alone)")
+        if self.malleable_weighting not in WEIGHTINGS:
+            raise ConfigError(f"{PREFIX}MALLEABLE_WEIGHTING={self.malleable_weighting!r}: "
+                              f"choose one of {', '.join(WEIGHTINGS)}")
+        if self.malleable_start_s < 0:
+            raise ConfigError(f"{PREFIX}MALLEABLE_START_S must be >= 0")
+        positive(self, "malleable_tick_s")

@@ -129,3 +129,45 @@ def test_postpone_moves_a_running_actions_expected_end_for_later_decisions() -> 
     gate.postpone("unknown", 3.0)
     gate.acquire(Request("b", ((1, 1.0),), 0.0))
     assert [r.expected_end for r in seen[-1].running] == [15.0], "10 + 2 s run + 3 s restore"
+
+
+def test_a_running_action_grows_onto_free_units_and_gives_them_back() -> None:
+    gate = Admission(range(3))
+    assert gate.acquire(req("run", 1)) == (0,)
+    assert gate.free_units() == (1, 2)
+    first = gate.resize("run", (0, 2))
+    assert first is not None and first.units == (0,) and first.end is not None
+    assert gate.free_units() == (1,)
+    assert gate.resize("run", (0, 2, 1)) is not None and gate.free_count() == 0
+    assert gate.resize("run", (0,)) is not None and gate.free_units() == (1, 2)
+    record = gate.release("run")
+    assert record is not None and record.units == (0,)
+    assert [r.units for r in gate.records] == [(0,), (0, 2), (0, 2, 1), (0,)]
+    assert all(r.end is not None for r in gate.records)
+
+
+def test_a_resize_onto_taken_units_changes_nothing() -> None:
+    gate = Admission(range(2))
+    gate.acquire(req("a", 1))
+    gate.acquire(req("b", 1))
+    assert gate.resize("a", (0, 1)) is None
+    assert gate.resize("nobody", (0,)) is None
+    assert gate.resize("a", ()) is None
+    assert len(gate.records) == 2 and gate.free_count() == 0
+
+
+def test_a_shrink_admits_a_waiting_action_at_once_on_the_core_given_back() -> None:
+    waited: list[str] = []
+    gate = Admission(range(2), on_wait=lambda: waited.append("poked"))
+    gate.acquire(req("run", 2))
+    got: list[tuple[int, ...]] = []
+    thread = threading.Thread(target=lambda: got.append(gate.acquire(req("exec", 1))))
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not gate.waiting_requests():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert [r.id for r in gate.waiting_requests()] == ["exec"]
+    assert gate.resize("run", (0,)) is not None
+    thread.join(30)
+    assert got == [(1,)] and waited == ["poked"] and gate.waiting_count() == 0

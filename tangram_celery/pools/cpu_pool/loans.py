@@ -196,6 +196,16 @@ class CoreLoans:
             self.held.pop(action_id, None)
             return {"lent": held.loans} if held is not None and held.loans else {}
 
+    def resized(self, action_id: str, units: tuple[int, ...]) -> bool:
+        """A malleable run that does not lend now holds ``units`` (it grew or gave cores
+        back); False, changing nothing, when it is not held or lends."""
+        with self._lock:
+            held = self.held.get(action_id)
+            if held is None or held.lent:
+                return False
+            held.units, held.pinned = tuple(units), self.physical(units)
+            return True
+
     def lent_ever(self, action_id: str) -> bool:
         """Whether the action's allocation ever lent a core."""
         with self._lock:

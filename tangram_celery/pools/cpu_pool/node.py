@@ -9,6 +9,9 @@ action): a short action that the gate does not admit at once may start on a core
 running action while its request waits in the gate; :mod:`tangram_celery.pools.cpu_pool.loans`
 describes them and keeps their state.
 
+**Malleable runs** (``TANGRAM_MALLEABLE_RESIZE=1``): the node grows and shrinks its running
+malleable test runs (:mod:`tangram_celery.pools.cpu_pool.resizing`).
+
 **Fencing**: a node whose heartbeat has not reached Redis for ``TANGRAM_NODE_TTL_S`` starts no
 action until it has registered again, and kills its running ones with
 ``TANGRAM_FENCE_RUNNING=kill`` (:mod:`tangram_celery.pools.fence`).
@@ -25,8 +28,15 @@ from typing import Any
 from tangram_celery.action import Action, ActionResult, Timings, parse_action
 from tangram_celery.connection import DURABILITY
 from tangram_celery.errors import SandboxError, ValidationError
-from tangram_celery.pools.admission import Admission, Policy, Request, fcfs_minimum
+from tangram_celery.pools.admission import (
+    Admission,
+    AllocationRecord,
+    Policy,
+    Request,
+    fcfs_minimum,
+)
 from tangram_celery.pools.conversion import (
+    MALLEABLE_CONTROL,
     action_limits,
     outcome_status,
     request_for,
@@ -35,14 +45,17 @@ from tangram_celery.pools.conversion import (
 )
 from tangram_celery.pools.cpu_pool.duration_sharing import SharedDurations
 from tangram_celery.pools.cpu_pool.loans import CoreLoans
+from tangram_celery.pools.cpu_pool.resizing import MalleableRuns, WorkdirBackend
 from tangram_celery.pools.cpu_pool.steps import Ran, run_action
 from tangram_celery.pools.fence import Fence
 from tangram_celery.pools.registry import Registry
 from tangram_celery.pools.serving import Heartbeat, rejected_result
 from tangram_celery.sandbox import SandboxBackend
+from tangram_celery.sandbox.malleable import is_pytest_command
 from tangram_celery.scheduling import DurationModel, Job
 from tangram_celery.scheduling.learned import learn
 from tangram_celery.scheduling.lending import LoanConfig
+from tangram_celery.scheduling.malleable import ResizeConfig
 from tangram_celery.scheduling.robust import RobustConfig, loan_config
 from tangram_celery.settings import Settings
 
@@ -90,6 +103,22 @@ class CpuNode:
         self._running: dict[str, str] = {}
         self._killed: set[str] = set()
         self._running_lock = threading.Lock()
+        self.malleable = self._malleable_runs()
+
+    def _malleable_runs(self) -> MalleableRuns | None:
+        """The resizer of malleable runs, where it is turned on and the backend can do it (it
+        re-pins running actions, knows their work dirs, and no two units share a CPU)."""
+        node = self.settings.node
+        if not (node.malleable_resize and self.sandbox.repins
+                and isinstance(self.sandbox, WorkdirBackend)
+                and len(set(self.cpus)) >= self.admission.total):
+            return None
+        config = ResizeConfig(node.malleable_start_s, "shortest"
+                              if node.malleable_weighting == "shortest" else "absolute")
+        runs = MalleableRuns(self.admission, self.sandbox, lambda u: self.cpus[u], config,
+                             node.malleable_tick_s, self._audit_record, self.loans.resized)
+        self.admission.on_wait = runs.poke
+        return runs
 
     def start(self) -> None:
         """Say what the sandbox enforces, register the node and start its heartbeat and its
@@ -100,6 +129,8 @@ class CpuNode:
                         "; ".join(isolation.reasons))
         else:
             log.info("node %s: sandbox isolation %s", self.name, isolation.summary())
+        if self.malleable is not None:
+            self.malleable.start()
         if self.registry is None:
             return
         self._register()
@@ -112,6 +143,8 @@ class CpuNode:
         """Deregister, stop the heartbeat and remove every sandbox of this node."""
         self._heartbeat.stop()
         self.fence.stop()
+        if self.malleable is not None:
+            self.malleable.stop()
         if self._sync is not None:
             self._sync.stop()
         if self.registry is not None:
@@ -153,6 +186,8 @@ class CpuNode:
         timings.admitted = time.time()
         timings.sched_s = self.admission.decision_s(action.id)
         result.units = cores
+        if not borrowed:
+            self._watch(action, cores, received)
         try:
             self.fence.enter(action.id, mark)
             ran = self._tracked(action, cores)
@@ -166,14 +201,19 @@ class CpuNode:
             timings.exec_started = ran.outcomes[0].started_at
             timings.exec_finished = outcome.finished_at
             timings.exec_s, timings.setup_s = ran.exec_s, ran.outcomes[0].setup_s
+            resized = self.malleable is not None and self.malleable.remove(action.id)
             if action.signature and not outcome.timed_out \
-                    and not self.loans.lent_ever(action.id):
+                    and not self.loans.lent_ever(action.id) and not resized:
                 self._learn(signature_of(action), len(cores), outcome.exec_s)
         finally:
+            if self.malleable is not None:
+                self.malleable.remove(action.id)
             if borrowed:
                 self._settle(*self.loans.ended(action.id))
             else:
                 self._close_allocation(action.id)
+            if self.malleable is not None:
+                self.malleable.poke()
             if action.ephemeral:
                 self._unpin(action.trajectory_id)
         timings.stored = time.time()
@@ -183,6 +223,21 @@ class CpuNode:
                             f"{self.settings.node.ttl_s:g} s and killed its running actions "
                             "(TANGRAM_FENCE_RUNNING=kill) with their environments")
         return result
+
+    def _watch(self, action: Action, cores: tuple[int, ...], received: float) -> None:
+        """Hand a malleable run (one command, running pytest, nothing to fetch) to the
+        resizer, with its signature's learned single-core duration."""
+        if self.malleable is None or not self._resizable(action):
+            return
+        single = dict(request_for(action, received, self.model).options).get(1)
+        self.malleable.add(action.id, action.trajectory_id, cores, MALLEABLE_CONTROL, single)
+
+    def _resizable(self, action: Action) -> bool:
+        """Whether the node resizes ``action`` while it runs (it then never lends cores)."""
+        payload = action.payload
+        return self.malleable is not None and bool(payload.get("malleable")) \
+            and "steps" not in payload and not payload.get("fetch") \
+            and is_pytest_command(str(payload.get("cmd", "")))
 
     def _unpin(self, trajectory_id: str) -> None:
         """Give back a one-request trajectory's memory reservation."""
@@ -250,7 +305,8 @@ class CpuNode:
             if quick is not None:
                 return quick
             cores = self.admission.acquire(request)
-        self.loans.hold(action.id, action.trajectory_id, request, cores, not short)
+        lends = not short and not self._resizable(action)
+        self.loans.hold(action.id, action.trajectory_id, request, cores, lends)
         return cores, False
 
     def _lent_or_at_once(self, action: Action, request: Request, job: Job
@@ -300,6 +356,12 @@ class CpuNode:
         self._audit({"action_id": record.action_id, "units": list(record.units),
                      "start": record.start, "end": record.end, "total": self.admission.total,
                      **extra})
+
+    def _audit_record(self, record: AllocationRecord) -> None:
+        """Audit the part of a malleable run's allocation that ended when it was resized."""
+        self._audit({"action_id": record.action_id, "units": list(record.units),
+                     "start": record.start, "end": record.end, "total": self.admission.total,
+                     "resized": True})
 
     def _audit(self, entry: Mapping[str, Any]) -> None:
         """Append an allocation to the node's audit trail: the gate's allocations (with the

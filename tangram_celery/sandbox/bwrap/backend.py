@@ -174,10 +174,9 @@ class BwrapBackend:
     def repin(self, trajectory_id: str, cores: tuple[int, ...], new_cores: tuple[int, ...]
               ) -> bool:
         """Move the running action of ``trajectory_id`` pinned to ``cores`` onto ``new_cores``
-        (its cgroup cpuset: its processes leave the other cores at once). False, changing
-        nothing, when no such action holds a cpuset group (not started yet, finished, or no
-        writable cpuset controller) or the cores are not this worker's: the caller must then
-        not lend those cores."""
+        (its cgroup cpuset: it leaves the other cores at once). False, changing nothing, when
+        no such action holds a cpuset group (not started yet, finished, no writable cpuset
+        controller) or the cores are not this worker's: then do not lend those cores."""
         want, to = core_set(cores), core_set(new_cores)
         if not to or not set(to) <= self.available_cores:
             return False
@@ -193,6 +192,11 @@ class BwrapBackend:
                 return False
             pin.cores = to
             return True
+
+    def host_workdir(self, trajectory_id: str) -> Path | None:
+        """The trajectory's work dir on the host, the sandbox's /work (None: it holds none)."""
+        with self._lock:
+            return self._trajs[trajectory_id].path if trajectory_id in self._trajs else None
 
     def end_trajectory(self, trajectory_id: str) -> None:
         """Kill the trajectory's running actions and remove its work dir; idempotent."""

@@ -52,3 +52,16 @@ class CoreResizer:
         released = self.cores[-1]
         self.cores = narrower
         return released
+
+    def release(self) -> int | None:
+        """Take the action's last core back without asking the run, for a core none of its
+        workers will take a test on (they drained the queue); the core, or None when the
+        cpuset keeps all it has."""
+        if len(self.cores) < 2:
+            return None
+        narrower = self.cores[:-1]
+        if not self.backend.repin(self.trajectory_id, self.cores, narrower):
+            return None
+        released = self.cores[-1]
+        self.cores = narrower
+        return released

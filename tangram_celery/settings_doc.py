@@ -103,9 +103,9 @@ DESCRIPTIONS: dict[str, str] = {
     "`fcfs-min`; on GPU pools `robust` is the service-aware scheduler (cache affinity, "
     "replica scaling, backfilling) and `elastic` the paper's DP.",
     "scheduler_depth": "Units the elastic scheduler's estimate lets the first waiter try.",
-    "durations_sync_s": "How often (seconds) a CPU node reads the actions other nodes finished "
-                        "into its duration model, through one Redis stream; 0: each node learns "
-                        "alone.",
+    "durations_sync_s": "How often (seconds) a CPU node (a GPU pool) reads the actions other "
+                        "nodes (GPU pools) finished into its duration model, through one Redis "
+                        "stream per pool type; 0: each learns alone.",
     "triton_url": "Triton Inference Server address of the GPU pools.",
     "triton_protocol": "Triton client protocol: `http` or `grpc`.",
     "triton_repository": "Model repository the GPU pools load reward models from.",

@@ -19,7 +19,7 @@ from tangram_bench.sim.systems import DEFAULT_SYSTEMS, system
 from tangram_bench.workloads import Workload, read_trace
 
 REAL_SYSTEMS = ("tangram", "tangram:ersa", "fixed-dop-4", "fcfs-min", "celery")
-REAL_GPU_SYSTEMS = ("tangram", "tangram:ersa", "celery", "static")
+REAL_GPU_SYSTEMS = mopd_config.SYSTEMS
 """The systems of ``mopd --mode real`` (:data:`tangram_bench.mopd_real.config.SYSTEMS`)."""
 REAL_WORKLOADS = ("coding", "mopd")
 

@@ -85,10 +85,15 @@ def durations(signature: str) -> str:
     return f"{PREFIX}:durations:{signature}"
 
 
-def duration_log() -> str:
-    """The stream of every node's finished actions (signature, units, seconds) that the
-    nodes' duration models learn from."""
-    return f"{PREFIX}:duration-log"
+CPU = "cpu"
+GPU = "gpu"
+"""The pool types that each share one duration log."""
+
+
+def duration_log(pools: str = CPU) -> str:
+    """The stream of the finished actions (signature, units, seconds) of every worker of pool
+    type ``pools`` (CPU nodes, GPU pools) that their duration models learn from."""
+    return f"{PREFIX}:duration-log" if pools == CPU else f"{PREFIX}:duration-log:{pools}"
 
 
 def api_tokens(api: str) -> str:

@@ -103,9 +103,9 @@ DESCRIPTIONS: dict[str, str] = {
     "`fcfs-min`; on GPU pools `robust` is the service-aware scheduler (cache affinity, "
     "replica scaling, backfilling) and `elastic` the paper's DP.",
     "scheduler_depth": "Units the elastic scheduler's estimate lets the first waiter try.",
-    "durations_sync_s": "How often (seconds) a CPU node reads the actions other nodes finished "
-                        "into its duration model, through one Redis stream; 0: each node learns "
-                        "alone.",
+    "durations_sync_s": "How often (seconds) a CPU node (a GPU pool) reads the actions other "
+                        "nodes (GPU pools) finished into its duration model, through one Redis "
+                        "stream per pool type; 0: each learns alone.",
     "malleable_resize": "Whether a CPU node grows and shrinks its running malleable test runs "
                         "(actions with `\"malleable\": true`; bwrap with cgroups only): idle "
                         "cores join them, a waiting action takes cores back at once.",

@@ -1,7 +1,8 @@
 """The MOPD-like workload on the real stack: teachers on pooled GPUs against static services.
 
     tangram bench mopd --mode real [--batch 48] [--gpus 24] [--time-scale 1] [--think-scale 0.1]
-    (systems: tangram, tangram:ersa, celery, static; the same workload simulated beside it)
+    (systems: tangram, tangram:ersa, celery, celery:cache, fixed-dop-4:cache, static; the same
+    workload simulated beside it)
 
 What is real: Redis, the Celery GPU pool worker processes (their admission gate and scheduler,
 the GPU manager's evict-on-execution placement, its memory bookkeeping), the ``tritonserver``
@@ -25,9 +26,15 @@ would dwarf restores scaled down to 0.5-2 s. All figures are wall seconds of the
 system gets a fresh Redis and a fresh Triton:
 
 * ``tangram``: one pool of ``gpus`` GPUs (nodes of 8), ``TANGRAM_SCHEDULER`` at its default
-  (``robust``: the service-aware scheduler), every call elastic over its teacher's parallelisms;
+  (``robust``: the service-aware scheduler), every call elastic over its teacher's parallelisms
+  (planned with what the pool learned of each teacher per DoP, unless ``--durations oracle``);
 * ``tangram:ersa``: the same pool with the paper's allocator (``TANGRAM_SCHEDULER=elastic``);
 * ``celery``: the same pool, ``TANGRAM_SCHEDULER=fcfs-min``: every call at its minimum, FIFO;
+* ``celery:cache``, ``fixed-dop-4:cache``: the pooled baselines made cache-aware, as the
+  simulator's ``:cache`` systems: the same pool run ``--cache-aware`` (resident-first FCFS with
+  a wait for a busy replica bounded by its restore time, grants on chunks holding the service:
+  :mod:`tangram_celery.scheduling.affinity`), every call at its minimum, or at the largest of
+  its teacher's parallelisms up to 4;
 * ``static``: every teacher owns fixed replicas at its smallest parallelism, laid out as the
   simulator lays them out (:func:`~tangram_bench.sim.services.replica_chunks`): one GPU
   pool worker per teacher on exactly those GPU ids, each replica loaded before the timed run.

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, replace
 
 from tangram_bench.mopd_real.config import (
+    CACHE,
     DEFAULT_THINK_SCALE,
     DEFAULT_TIME_SCALE,
     POOL,
@@ -26,13 +27,15 @@ from tangram_celery.settings import Settings
 
 @dataclass(frozen=True)
 class PoolLayout:
-    """One GPU pool worker of a system: its name, GPU ids, node size and scheduler."""
+    """One GPU pool worker of a system: its name, GPU ids, node size and scheduler, whether it
+    runs ``--cache-aware``."""
 
     name: str
     gpu_ids: tuple[int, ...]
     node_size: int
     scheduler: str
     service: str = ""
+    cache_aware: bool = False
 
 
 def scale_workload(workload: Workload, time_scale: float, think_scale: float = 1.0) -> Workload:
@@ -83,11 +86,13 @@ def pool_name(service: str) -> str:
 
 
 def layout(workload: Workload, system: str, config: RealGpuConfig) -> list[PoolLayout]:
-    """The GPU pool workers ``system`` runs: one pool of every GPU, or (``static``) one pool per
-    teacher on the GPU ids of its replicas (the simulator's layout)."""
+    """The GPU pool workers ``system`` runs: one pool of every GPU (``--cache-aware`` for the
+    ``:cache`` baselines), or (``static``) one pool per teacher on the GPU ids of its replicas
+    (the simulator's layout)."""
     scheduler = scheduler_for(system)
     if system != "static":
-        return [PoolLayout(POOL, tuple(range(config.gpus)), config.node_size, scheduler)]
+        return [PoolLayout(POOL, tuple(range(config.gpus)), config.node_size, scheduler,
+                           cache_aware=system.endswith(CACHE))]
     chunks = replica_chunks(workload, config.cluster())
     pools = []
     for service in workload.services:
@@ -98,20 +103,37 @@ def layout(workload: Workload, system: str, config: RealGpuConfig) -> list[PoolL
     return pools
 
 
+ELASTIC = "linear"
+"""What a learned-mode call states as its elasticity: only that it may run at any of the
+GPU counts it lists (without a ``t1`` the pool reads no more from it: it plans the call with
+the times it learned, :func:`tangram_celery.scheduling.service_times.service_options`)."""
+
+
+def gpu_count(spec: ActionSpec, system: str, workload: Workload) -> int | dict[str, list[int]]:
+    """The GPUs ``system`` asks for: the teacher's smallest parallelism on a static replica;
+    under ``fixed-dop-<k>[:cache]`` the largest of the call's counts up to k (the simulator's
+    :class:`~tangram_bench.sim.policy.FixedDop`); else every count the call allows."""
+    if system == "static":
+        return workload.service(spec.service).dops[0]
+    fixed = re.fullmatch(rf"fixed-dop-(\d+)(?:{CACHE})?", system)
+    if fixed:
+        return max((u for u in spec.units if u <= int(fixed.group(1))), default=spec.units[0])
+    return {"set": list(spec.units)}
+
+
 def teacher_action(spec: ActionSpec, trajectory_id: str, system: str,
                    workload: Workload, time_scale: float, oracle: bool = False) -> Action:
     """The reward call of ``spec`` as ``system`` submits it: input ``t1`` in the workload's
     unscaled seconds (what the emulated teacher works on; the teacher scales it), named by its
-    teacher (the signature the pool learns under); elastic over the teacher's parallelisms,
-    except on a static replica (its smallest parallelism, on the teacher's own pool). Only
-    with ``oracle`` does it also tell the scheduler its true ``t1`` in wall seconds and its
-    Amdahl elasticity (an ablation); else the pool learns them from what it served."""
-    service = workload.service(spec.service)
+    teacher (the signature the pool learns under), on the GPU counts of :func:`gpu_count`
+    (on the teacher's own pool for ``static``). Only with ``oracle`` does it also tell the
+    scheduler its true ``t1`` in wall seconds and its Amdahl elasticity (an ablation); else an
+    elastic call says only that it is (:data:`ELASTIC`) and the pool learns the rest."""
     static = system == "static"
-    gpu: int | dict[str, list[int]] = (service.dops[0] if static
-                                       else {"set": list(spec.units)})
+    gpu = gpu_count(spec, system, workload)
+    elastic = isinstance(gpu, dict) and len(gpu["set"]) > 1
     told: dict[str, object] = ({"t1": spec.t1, "elasticity": {"amdahl": spec.parallel}}
-                               if oracle else {})
+                               if oracle else {"elasticity": ELASTIC} if elastic else {})
     return reward_action(trajectory_id, spec.service, {"t1": spec.t1 / time_scale}, gpu=gpu,
                          pool=pool_name(spec.service) if static else POOL,
                          signature=spec.service, **told)

@@ -15,7 +15,7 @@ from tangram_bench.teachers.repository import TeacherPhysics
 from tangram_bench.workloads.model import GpuService
 from tangram_celery.pools.gpu_pool.policy import DEFAULT_NODE_SIZE
 
-SYSTEMS = ("tangram", "tangram:ersa", "celery", "static")
+SYSTEMS = ("tangram", "tangram:ersa", "celery", "celery:cache", "fixed-dop-4:cache", "static")
 DEFAULT_BATCH = 48
 DEFAULT_GPUS = 24
 DEFAULT_TIME_SCALE = 1.0
@@ -35,7 +35,11 @@ gRPC call and the result path): 3-6 ms per system."""
 SIM_COSTS = Costs(dispatch_s=DISPATCH_S)
 MEASURED = "sim-measured"
 """The preset of the simulation charged the restore times the real runs measured."""
-WORKERS = {"tangram": None, "tangram:ersa": "elastic", "celery": "fcfs-min", "static": "fcfs-min"}
+WORKERS = {"tangram": None, "tangram:ersa": "elastic", "celery": "fcfs-min",
+           "celery:cache": "fcfs-min", "fixed-dop-4:cache": "fcfs-min", "static": "fcfs-min"}
+CACHE = ":cache"
+"""The suffix of the cache-aware pooled baselines: their pool workers run ``--cache-aware``
+(the simulator's ``:cache`` systems, :mod:`tangram_bench.sim.systems`)."""
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,10 @@ from tangram_bench.sim.record import RunResult
 from tangram_bench.summary import Summary, ratio
 
 DURATIONS_NOTE = {
-    "learned": "calls go without their duration and elasticity; the pools learn each "
-               "teacher's time per DoP from the calls they served, and so does the simulator",
+    "learned": "calls go without their duration and Amdahl fraction (an elastic call says "
+               "only that it may run at any of its GPU counts); the pools learn each "
+               "teacher's time per DoP from the calls they served, and so does the simulator; "
+               "the static replicas' warm-up calls state no duration either",
     "oracle": "an ablation: every call declares its true t1 and Amdahl fraction, and the "
               "simulator's policies are told the same",
 }

@@ -52,24 +52,31 @@ async def _call(client: TangramClient, action: Action) -> ActionResult:
     return await client.submit(action).aresult(ACTION_TIMEOUT_S)
 
 
+def warmup_calls(pool: PoolLayout, workload: Workload, time_scale: float, attempt: int,
+                 count: int) -> list[Action]:
+    """``count`` warm-up calls of a static pool's teacher at its smallest parallelism, each
+    holding its chunk for :data:`WARMUP_S` after its load. They state no duration (the
+    ``t1`` in their inputs is the emulated teacher's work), as the timed run's calls."""
+    service = workload.service(pool.service)
+    size = service.dops[0]
+    parallel = parallel_fractions(workload)[service.name]
+    t1 = WARMUP_S / execute_seconds(1.0, parallel, size, time_scale)
+    return [reward_action(f"warmup-{pool.name}-{attempt}-{i}", service.name, {"t1": t1},
+                          gpu=size, pool=pool.name) for i in range(count)]
+
+
 async def warm_up(client: TangramClient, pools: Sequence[PoolLayout], workload: Workload,
                   time_scale: float) -> int:
     """Load every static replica before the timed run: per pool, one call per replica at once
-    (each holding its chunk for :data:`WARMUP_S` after its load, so they overlap and the pool
-    spreads them over its replicas), again until every replica chunk has served one; returns
-    the loads."""
-    parallel = parallel_fractions(workload)
+    (:func:`warmup_calls`, so they overlap and the pool spreads them over its replicas), again
+    until every replica chunk has served one; returns the loads."""
     loads = 0
     for pool in pools:
-        service = workload.service(pool.service)
-        size = service.dops[0]
-        t1 = WARMUP_S / execute_seconds(1.0, parallel[service.name], size, time_scale)
+        size = workload.service(pool.service).dops[0]
         chunks = {pool.gpu_ids[i:i + size] for i in range(0, len(pool.gpu_ids), size)}
         seen: set[tuple[int, ...]] = set()
         for attempt in range(WARMUP_ROUNDS):
-            calls = [reward_action(f"warmup-{pool.name}-{attempt}-{i}", service.name,
-                                   {"t1": t1}, gpu=size, pool=pool.name, t1=t1 * time_scale)
-                     for i in range(len(chunks))]
+            calls = warmup_calls(pool, workload, time_scale, attempt, len(chunks))
             results = await asyncio.gather(*(_call(client, a) for a in calls))
             failed = [r for r in results if not r.ok]
             if failed:

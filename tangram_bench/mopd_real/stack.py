@@ -58,20 +58,26 @@ def worker_env(settings: Settings, triton: TritonServer, repository: Path, sched
     }
 
 
+def worker_args(pool: PoolLayout, window: int) -> list[str]:
+    """The command-line options of ``pool``'s worker: batching off, ``--cache-aware`` where the
+    layout says, an admission window of at least ``window``."""
+    return ["--node-size", str(pool.node_size), "--no-batching",
+            "--gpu-ids", ",".join(str(g) for g in pool.gpu_ids),
+            "--concurrency", str(max(window, 2 * len(pool.gpu_ids))),
+            "--loglevel", LOGLEVEL, *(["--cache-aware"] if pool.cache_aware else [])]
+
+
 @contextlib.contextmanager
 def pool_workers(settings: Settings, env: Mapping[str, str], pools: Sequence[PoolLayout],
                  window: int, logs: Path) -> Iterator[list[str]]:
-    """Start one GPU pool worker per layout (batching off); yields their Celery names; stops
-    them (SIGTERM: each unloads its idle services) when done."""
+    """Start one GPU pool worker per layout (:func:`worker_args`); yields their Celery names;
+    stops them (SIGTERM: each unloads its idle services) when done."""
     app = make_app(settings)
     started = []
     try:
         names = []
         for pool in pools:
-            args = ["--node-size", str(pool.node_size), "--no-batching",
-                    "--gpu-ids", ",".join(str(g) for g in pool.gpu_ids),
-                    "--concurrency", str(max(window, 2 * len(pool.gpu_ids))),
-                    "--loglevel", LOGLEVEL]
+            args = worker_args(pool, window)
             env_of = {**env, "TANGRAM_SCHEDULER": pool.scheduler}
             process = spawn_gpu_worker(env_of, pool.name, len(pool.gpu_ids),
                                        logs / f"{pool.name}.log", args)

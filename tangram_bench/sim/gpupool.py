@@ -16,13 +16,14 @@ GPU ids and service of every running action, so a service-aware policy
 (:mod:`tangram_celery.scheduling.replicas`, tangram's default on GPUs) can plan with them; the
 paper's allocator ignores them. A cache-aware pooled baseline (``cache_aware``) keeps its
 policy's decisions (who starts, on how many GPUs) and moves each start onto a free chunk where
-its service is resident, when one is (:func:`cache_aware_chunks`), as a GPU manager that
-prefers a chunk already holding the service would.
+its service is resident, when one is
+(:func:`~tangram_celery.scheduling.affinity.cache_aware_chunks`), as a GPU manager that prefers
+a chunk already holding the service would.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from functools import partial
 
@@ -33,10 +34,9 @@ from tangram_bench.sim.policy import PolicyFactory, Shape, policy_factory
 from tangram_bench.sim.pooled import Launch, PooledBackend, UnitPool
 from tangram_bench.workloads.model import ActionSpec, Workload
 from tangram_celery.scheduling import GpuPool, Pool, RunningJob, Start
-from tangram_celery.scheduling.affinity import AffinityPolicy
-from tangram_celery.scheduling.replicas import ReplicaConfig, ReplicaPolicy, aligned_chunks
+from tangram_celery.scheduling.affinity import AffinityPolicy, cache_aware_chunks
+from tangram_celery.scheduling.replicas import ReplicaConfig, ReplicaPolicy
 from tangram_celery.scheduling.residency import Resident, plan_placement, service_name
-from tangram_celery.scheduling.topology import free_chunks
 from tangram_celery.scheduling.types import Service
 
 Chunk = tuple[int, ...]
@@ -76,42 +76,6 @@ GPU_POLICIES: dict[str, PolicyFactory] = {
 def gpu_policy_factory(name: str) -> PolicyFactory:
     """The factory of GPU policy ``name``: a GPU-only one, else any registered policy."""
     return GPU_POLICIES.get(name) or policy_factory(name)
-
-
-def cache_aware_chunks(requests: Sequence[tuple[str, Chunk]], free: Sequence[int],
-                       total: int, node_size: int,
-                       residents: Mapping[str, Resident]) -> list[Chunk]:
-    """Chunks for ``requests`` ((service, the policy's chunk) each) of the same sizes, placed
-    largest first: a free chunk where the service is resident (the most recently used), else
-    the policy's chunk while it is free, else the best-fit free chunk. Placing aligned
-    power-of-two chunks largest first on any free aligned chunk leaves as many chunks of every
-    smaller size as best fit does, so whatever fitted still fits."""
-    available = set(free)
-    placed: dict[int, Chunk] = {}
-    for index in sorted(range(len(requests)), key=lambda i: -len(requests[i][1])):
-        service, chunk = requests[index]
-        size = len(chunk)
-        fitting = [c for c in aligned_chunks(total, size) if available.issuperset(c)]
-        resident = [(residents[name].last_used, c) for c in fitting
-                    if (name := service_name(service, c)) in residents]
-        if resident:
-            choice = max(resident)[1]
-        elif chunk in fitting:
-            choice = chunk
-        else:
-            choice = _best_fit(available, total, node_size, size)
-        available -= set(choice)
-        placed[index] = choice
-    return [placed[i] for i in range(len(requests))]
-
-
-def _best_fit(available: set[int], total: int, node_size: int, size: int) -> Chunk:
-    pool = GpuPool("fit", tuple(sorted(available)), total, node_size)
-    spans = [(span, start) for start, span in free_chunks(pool) if span >= size]
-    if not spans:
-        raise ValueError(f"no free aligned chunk of {size} GPUs is left")
-    _, start = min(spans)
-    return tuple(range(start, start + size))
 
 
 class Residency:

@@ -24,7 +24,7 @@
 * ``fixed-dop-<k>:cache``, ``celery:cache``: the pooled baselines made cache-aware on GPUs, by
   the classic means and none of tangram's: resident-first FCFS with a delay bounded by the
   restore time (:mod:`tangram_celery.scheduling.affinity`), and placement on a free chunk
-  where the service is resident (:func:`.gpupool.cache_aware_chunks`).
+  where the service is resident (:func:`tangram_celery.scheduling.affinity.cache_aware_chunks`).
 """
 
 from __future__ import annotations

@@ -14,16 +14,21 @@ fixes, without any of tangram's planning, are locality-first ordering and delay 
 * every other job follows in FCFS order.
 
 The allocator then admits the candidates it always would (`ersa.settle`); a placement that
-prefers resident chunks (the simulator's ``cache_aware``) puts hits on their replicas. A held
+prefers resident chunks (:func:`cache_aware_chunks`: the simulator's ``cache_aware`` pooled
+baselines, and a GPU pool worker's ``--cache-aware``) puts hits on their replicas. A held
 job is reconsidered at the next decision (a replica of its service frees, or anything
 arrives), so its wait is bounded by its restore time plus one inter-event gap.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tangram_celery.scheduling.ersa import SchedulerConfig, settle
+from tangram_celery.scheduling.replicas.board import aligned_chunks
+from tangram_celery.scheduling.residency import Chunk, Resident, service_name
+from tangram_celery.scheduling.topology import free_chunks
 from tangram_celery.scheduling.types import Decision, GpuPool, Job, Snapshot
 
 
@@ -83,3 +88,39 @@ class _View:
         if free is None or restore is None:
             return GO
         return HOLD if now - job.submitted_at < restore else GO
+
+
+def cache_aware_chunks(requests: Sequence[tuple[str, Chunk]], free: Sequence[int],
+                       total: int, node_size: int,
+                       residents: Mapping[str, Resident]) -> list[Chunk]:
+    """Chunks for ``requests`` ((service, the policy's chunk) each) of the same sizes, placed
+    largest first: a free chunk where the service is resident (the most recently used), else
+    the policy's chunk while it is free, else the best-fit free chunk. Placing aligned
+    power-of-two chunks largest first on any free aligned chunk leaves as many chunks of every
+    smaller size as best fit does, so whatever fitted still fits."""
+    available = set(free)
+    placed: dict[int, Chunk] = {}
+    for index in sorted(range(len(requests)), key=lambda i: -len(requests[i][1])):
+        service, chunk = requests[index]
+        size = len(chunk)
+        fitting = [c for c in aligned_chunks(total, size) if available.issuperset(c)]
+        resident = [(residents[name].last_used, c) for c in fitting
+                    if (name := service_name(service, c)) in residents]
+        if resident:
+            choice = max(resident)[1]
+        elif chunk in fitting:
+            choice = chunk
+        else:
+            choice = _best_fit(available, total, node_size, size)
+        available -= set(choice)
+        placed[index] = choice
+    return [placed[i] for i in range(len(requests))]
+
+
+def _best_fit(available: set[int], total: int, node_size: int, size: int) -> Chunk:
+    pool = GpuPool("fit", tuple(sorted(available)), total, node_size)
+    spans = [(span, start) for start, span in free_chunks(pool) if span >= size]
+    if not spans:
+        raise ValueError(f"no free aligned chunk of {size} GPUs is left")
+    _, start = min(spans)
+    return tuple(range(start, start + size))

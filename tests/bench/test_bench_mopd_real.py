@@ -28,7 +28,9 @@ from tangram_bench.mopd_real import (
     scheduler_for,
     teacher_action,
 )
-from tangram_bench.mopd_real.config import POOL
+from tangram_bench.mopd_real.config import POOL, SYSTEMS
+from tangram_bench.mopd_real.run import WARMUP_S, warmup_calls
+from tangram_bench.mopd_real.stack import worker_args
 from tangram_bench.sim.invariants import incomplete, over_allocated, parts_mismatch
 from tangram_bench.sim.record import RunResult
 from tangram_bench.sim.services import replica_chunks
@@ -127,7 +129,8 @@ def test_systems_layouts_and_actions() -> None:
 
 
 @pytest.mark.parametrize(("system", "oracle"), [("tangram", False), ("static", False),
-                                                ("celery", False), ("tangram", True),
+                                                ("celery", False), ("celery:cache", False),
+                                                ("fixed-dop-4:cache", False), ("tangram", True),
                                                 ("static", True)])
 def test_a_call_tells_its_duration_and_elasticity_only_under_the_oracle(
         system: str, oracle: bool) -> None:
@@ -136,12 +139,57 @@ def test_a_call_tells_its_duration_and_elasticity_only_under_the_oracle(
     action = teacher_action(spec, "t", system, workload, SCALE, oracle=oracle)
     body = action.to_json()
     told = {key for key in ("t1", "elasticity") if body.get(key) is not None}
-    assert told == ({"t1", "elasticity"} if oracle else set())
-    assert (action.t1 is not None, action.elasticity is not None) == (oracle, oracle)
+    elastic = len(action.units().allowed_units()) > 1
+    assert told == ({"t1", "elasticity"} if oracle else {"elasticity"} if elastic else set())
+    assert (action.t1 is not None) is oracle
+    if not oracle and elastic:
+        assert body["elasticity"] == "linear", "only that it is elastic: never its Amdahl p"
     assert action.payload["inputs"] == {"t1": pytest.approx(spec.t1 / SCALE)}, (
         "the teacher's work, not a hint to the scheduler")
     assert action.signature == spec.service
     assert (action.expected_duration(spec.units[0]) is not None) is oracle
+
+
+def test_the_cache_aware_pooled_baselines_run_on_the_real_stack() -> None:
+    """``celery:cache`` and ``fixed-dop-4:cache`` as the simulator runs them: one pool of every
+    GPU, its worker ``--cache-aware``, every call at its minimum or at the largest of its
+    counts up to 4 (the simulator's FixedDop)."""
+    workload = real_workload(16, 1, SCALE)
+    config = RealGpuConfig(gpus=24, time_scale=SCALE)
+    assert {"celery:cache", "fixed-dop-4:cache"} <= set(SYSTEMS)
+    for name in ("celery:cache", "fixed-dop-4:cache", "celery", "tangram"):
+        (pool,) = layout(workload, name, config)
+        aware = name.endswith(":cache")
+        assert pool.cache_aware is aware and pool.gpu_ids == tuple(range(24))
+        assert ("--cache-aware" in worker_args(pool, 48)) is aware, name
+        if aware:
+            assert scheduler_for(name) == "fcfs-min"
+    for trajectory in workload.trajectories:
+        spec = trajectory.actions[0]
+        fixed = teacher_action(spec, "t", "fixed-dop-4:cache", workload, SCALE)
+        want = max((u for u in spec.units if u <= 4), default=spec.units[0])
+        assert fixed.units().allowed_units() == (want,) and fixed.payload["pool"] == POOL
+        assert fixed.t1 is None and fixed.elasticity is None
+        celery = teacher_action(spec, "t", "celery:cache", workload, SCALE)
+        assert celery.units().allowed_units()[0] == spec.units[0] and celery.t1 is None
+    assert {len(teacher_action(t.actions[0], "t", "fixed-dop-4:cache", workload, SCALE)
+                .units().allowed_units()) for t in workload.trajectories} == {1}
+
+
+def test_the_static_warm_up_calls_state_no_duration() -> None:
+    workload = real_workload(16, 1, SCALE)
+    config = RealGpuConfig(gpus=24, time_scale=SCALE)
+    for pool in layout(workload, "static", config):
+        calls = warmup_calls(pool, workload, SCALE, 0, 3)
+        size = workload.service(pool.service).dops[0]
+        assert len(calls) == 3 and len({c.id for c in calls}) == 3
+        for call in calls:
+            assert call.t1 is None and call.elasticity is None
+            assert call.to_json().get("t1") is None
+            assert call.units().allowed_units() == (size,) and call.payload["pool"] == pool.name
+            work = execute_seconds(call.payload["inputs"]["t1"],
+                                   parallel_fractions(workload)[pool.service], size, SCALE)
+            assert work == pytest.approx(WARMUP_S), "the teacher's work holds the chunk"
 
 
 @pytest.mark.parametrize(("durations", "error"), [("learned", ""), ("oracle", ""),
@@ -209,14 +257,15 @@ def peak_gpus(run: RealGpuRun) -> int:
 
 @pytest.mark.slow
 def test_real_stack_runs_tangram_and_static_services() -> None:
-    """A tiny MOPD batch (2 teachers, 8 simulated GPUs) on the real stack, once on one pool
-    (tangram) and once on static per-teacher pools: every call ok, parts add up, no GPU held
-    twice nor more GPUs than the pool has, and loads really went through Triton."""
+    """A tiny MOPD batch (2 teachers, 8 simulated GPUs) on the real stack, on one pool
+    (tangram, and the cache-aware celery:cache) and on static per-teacher pools: every call
+    ok, parts add up, no GPU held twice nor more GPUs than the pool has, and loads really went
+    through Triton."""
     teachers = (TEACHERS[0], TEACHERS[1])
     workload = scale_workload(mopd(4, 2, MopdParams(steps=1), teachers), SCALE)
     config = RealGpuConfig(gpus=8, time_scale=SCALE)
     runs = {name: run_real(workload, name, config, {"batch": 4, "gpus": 8}, unload_wait_s=30)
-            for name in ("tangram", "static")}
+            for name in ("tangram", "static", "celery:cache")}
     for name, run in runs.items():
         assert incomplete(workload, run) == [], name
         assert parts_mismatch(run) == [], name

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tangram_celery.scheduling import GpuPool, Job, Snapshot
-from tangram_celery.scheduling.affinity import AffinityPolicy, affinity_order
+from tangram_celery.scheduling.affinity import AffinityPolicy, affinity_order, cache_aware_chunks
 from tangram_celery.scheduling.residency import Resident, service_name
 from tangram_celery.scheduling.types import Service
 
@@ -47,3 +47,30 @@ def test_policy_starts_the_hit_and_holds_the_waiting_miss() -> None:
     waiting = (job("j1", "a", 0.0), job("j2", "b", 0.5))
     decision = AffinityPolicy()(Snapshot(1.0, waiting, (gpus,)))
     assert [s.job_id for s in decision.starts] == ["j2"]
+
+
+def _resident(model: str, chunk: tuple[int, ...], used: int) -> tuple[str, Resident]:
+    name = service_name(model, chunk)
+    return name, Resident(name, model, chunk, 1000, used)
+
+
+def test_cache_aware_chunks_move_a_start_onto_its_resident_replica() -> None:
+    residents = dict([_resident("a", (4, 5), 1), _resident("a", (6, 7), 3)])
+    chunks = cache_aware_chunks([("a", (0, 1))], range(8), 8, 8, residents)
+    assert chunks == [(6, 7)]
+
+
+def test_cache_aware_chunks_keep_the_policys_chunk_without_a_resident() -> None:
+    residents = dict([_resident("b", (4, 5), 1)])
+    assert cache_aware_chunks([("a", (2, 3))], range(8), 8, 8, residents) == [(2, 3)]
+
+
+def test_cache_aware_chunks_place_largest_first_so_everything_still_fits() -> None:
+    residents = dict([_resident("a", (0,), 1)])
+    requests = [("a", (1,)), ("b", (2, 3)), ("c", (4, 5, 6, 7))]
+    chunks = cache_aware_chunks(requests, range(8), 8, 8, residents)
+    assert chunks[2] == (4, 5, 6, 7)
+    assert chunks[0] == (0,)
+    used = [gpu for chunk in chunks for gpu in chunk]
+    assert len(used) == len(set(used)) == 7
+    assert all(len(c) == len(r[1]) for c, r in zip(chunks, requests, strict=True))

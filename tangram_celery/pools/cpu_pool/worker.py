@@ -12,8 +12,8 @@ from typing import Any
 from tangram_celery import keys
 from tangram_celery.connection import connect
 from tangram_celery.pools.admission import Policy, fcfs_minimum
-from tangram_celery.pools.cpu_pool.duration_sharing import SharedDurations
 from tangram_celery.pools.cpu_pool.node import CpuNode
+from tangram_celery.pools.duration_sharing import SharedDurations
 from tangram_celery.pools.placement import cpu_pool_factory, elastic_policy, robust_policy
 from tangram_celery.pools.registry import Registry
 from tangram_celery.pools.serving import admission_window, serve

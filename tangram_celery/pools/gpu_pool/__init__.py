@@ -39,9 +39,13 @@ The worker, like a CPU node:
    whose ``output`` is the model's outputs (e.g. ``{"reward": 0.93}``) plus how it was served
    (``service``, ``loaded``, ``evicted``, ...). Loading and evicting count as overhead in the ACT.
 
-Expected durations come from the action's ``t1``/``elasticity``, else from an online
-:class:`~tangram_celery.scheduling.DurationModel` that learns from every finished action, keyed
-``("reward", signature or model)``.
+Expected durations come from the action's ``t1``/``elasticity``, else from what the pool
+learned per (model, DoP) of the calls it served (:mod:`tangram_celery.scheduling.service_times`,
+the CPU nodes' :mod:`~tangram_celery.scheduling.learned` rules; an elastic call of a model
+never served is tried at its counts under the prior), shared with the other GPU pools through
+Redis (:class:`~tangram_celery.pools.gpu_pool.learning.ServiceTimes`,
+``TANGRAM_DURATIONS_SYNC_S``). ``--cache-aware`` runs the pooled baselines' cache-aware FCFS
+instead (:func:`~tangram_celery.pools.gpu_pool.policy.gate_policy`).
 
 **GPUs on a machine without GPUs are simulated** (``TANGRAM_GPU_SIMULATED``, default true): the
 ids are labels, and a chunk of k ids is served by k CPU instances of the model on the real

@@ -2,12 +2,16 @@
 
 By default (``TANGRAM_SCHEDULER=robust``) the gate runs the service-aware scheduler; otherwise
 the paper's allocator, whose grants :func:`steer_grants` moves onto the chunk a :data:`Prefer`
-callback (the GPU manager's ranking) picks among those best fit treats as equal. Chunks are
+callback (the GPU manager's ranking) picks among those best fit treats as equal. A worker run
+``--cache-aware`` (the pooled baselines made cache-aware, as the simulator's ``:cache`` systems)
+runs :class:`~tangram_celery.scheduling.affinity.AffinityPolicy` and puts each grant on a free
+chunk holding its service (:func:`cache_steered_policy`). Chunks are
 aligned power-of-two runs of unit ids inside one node of ``node_size`` GPUs.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from tangram_celery.errors import ConfigError, ValidationError
 from tangram_celery.managers.gpu import Chunk
@@ -17,8 +21,10 @@ from tangram_celery.pools.placement import (
     elastic_policy,
     gpu_pool_factory,
     replica_policy,
+    snapshot_policy,
 )
 from tangram_celery.scheduling import GpuPool, SchedulerConfig
+from tangram_celery.scheduling.affinity import AffinityPolicy, cache_aware_chunks
 from tangram_celery.scheduling.replicas import ReplicaConfig
 from tangram_celery.scheduling.topology import free_chunks
 from tangram_celery.settings import Settings
@@ -92,12 +98,57 @@ def steered_policy(policy: Policy, node_size: int, prefer: Prefer) -> Policy:
     return steered
 
 
+def cache_steered_policy(policy: Policy, node_size: int,
+                         residency: Callable[[], Residency]) -> Policy:
+    """``policy`` whose grants go, largest first, onto free chunks where their service is
+    resident (:func:`cache_aware_chunks`), the same sizes, so whatever fitted still fits."""
+
+    def steered(state: PoolState) -> Sequence[Grant]:
+        grants = policy(state)
+        if not grants:
+            return grants
+        service = {r.id: r.service for r in state.waiting}
+        residents = {r.name: r for r in residency().residents}
+        chunks = cache_aware_chunks([(service.get(a, ""), units) for a, units in grants],
+                                    state.free, state.total, min(node_size, state.total),
+                                    residents)
+        return [(a, chunk) for (a, _), chunk in zip(grants, chunks, strict=True)]
+
+    return steered
+
+
+def with_restore_prior(residency: Callable[[], Residency], restore_s: float
+                       ) -> Callable[[], Residency]:
+    """``residency`` with ``restore_s`` as the restore time of every (service, chunk size) it
+    has not measured."""
+
+    def view() -> Residency:
+        held = residency()
+        services = tuple(
+            replace(s, restore_s=tuple(
+                (size, restore_s if s.restore_at(size) is None else s.restore_at(size) or 0.0)
+                for size, _ in s.memory_mb))
+            for s in held.services)
+        return replace(held, services=services)
+
+    return view
+
+
 def gate_policy(
     settings: Settings, pool: str, node_size: int, residency: Callable[[], Residency],
-    prefer: Prefer,
+    prefer: Prefer, cache_aware: bool = False,
 ) -> Policy:
-    """The gate's decision: the service-aware scheduler (``TANGRAM_SCHEDULER=robust``),
-    else the paper's allocator steered onto the chunks the GPU manager prefers."""
+    """The gate's decision: with ``cache_aware`` the pooled baselines' cache-aware FCFS
+    (resident first, a miss waits for a busy replica at most its restore time, which is
+    ``TANGRAM_GPU_RESTORE_S`` until measured; grants on resident chunks); else the
+    service-aware scheduler (``TANGRAM_SCHEDULER=robust``), else the paper's allocator
+    steered onto the chunks the GPU manager prefers."""
+    if cache_aware:
+        view = with_restore_prior(residency, settings.gpu.restore_s)
+        affinity = AffinityPolicy(SchedulerConfig(depth=settings.node.scheduler_depth))
+        return cache_steered_policy(
+            snapshot_policy(pool, gpu_pool_factory(pool, node_size, view), affinity),
+            node_size, residency)
     if settings.node.scheduler == "robust":
         config = ReplicaConfig(default_restore_s=settings.gpu.restore_s)
         return replica_policy(pool, gpu_pool_factory(pool, node_size, residency), config)

@@ -28,7 +28,8 @@ from tangram_celery.errors import (
 )
 from tangram_celery.managers.gpu import Chunk
 from tangram_celery.pools.admission import Admission, Request
-from tangram_celery.pools.conversion import action_limits, request_for, signature_of
+from tangram_celery.pools.conversion import action_limits, request_for
+from tangram_celery.pools.duration_sharing import SharedDurations
 from tangram_celery.pools.fence import Fence
 from tangram_celery.pools.gpu_pool.backend import (
     DEFAULT_TRITON_RETRY_S,
@@ -46,6 +47,7 @@ from tangram_celery.pools.gpu_pool.batching import (
     join_target,
 )
 from tangram_celery.pools.gpu_pool.inventory import check_pool_name, inventory_fields
+from tangram_celery.pools.gpu_pool.learning import ServiceTimes
 from tangram_celery.pools.gpu_pool.payload import reward_inputs
 from tangram_celery.pools.gpu_pool.policy import (
     DEFAULT_NODE_SIZE,
@@ -82,6 +84,10 @@ class GpuPoolRuntime:
     With ``batching`` (default) an action may join a running batch of its service (see
     :mod:`tangram_celery.pools.gpu_pool` and :func:`join_target`), at most ``max_batch`` joiners
     per batch.
+
+    Service times are learned per (model, DoP) from the calls served, with ``shared`` also from
+    the other GPU pools' (:class:`ServiceTimes`); ``cache_aware``: see
+    :func:`~tangram_celery.pools.gpu_pool.policy.gate_policy`.
     """
 
     def __init__(
@@ -97,6 +103,8 @@ class GpuPoolRuntime:
         triton_retry_s: float = DEFAULT_TRITON_RETRY_S,
         batching: bool = True,
         max_batch: int = DEFAULT_MAX_BATCH,
+        shared: SharedDurations | None = None,
+        cache_aware: bool = False,
     ) -> None:
         if triton_retry_s < 0:
             raise ConfigError(f"--triton-retry-s {triton_retry_s}: use 0 or more seconds")
@@ -114,7 +122,8 @@ class GpuPoolRuntime:
         if len(set(self.gpu_ids)) != len(self.gpu_ids):
             raise ConfigError(f"GPU ids repeat in {list(self.gpu_ids)}")
         self.node_size = check_node_size(len(self.gpu_ids), node_size)
-        self.durations = durations or DurationModel()
+        self.learned = ServiceTimes(pool, durations, shared)
+        self.durations = self.learned.model
         self.name = name or f"gpu-{pool}"
         self._unit_of = {gpu: unit for unit, gpu in enumerate(self.gpu_ids)}
         self._limits = action_limits(settings)
@@ -129,7 +138,7 @@ class GpuPoolRuntime:
         check_outputs(executor)
         self._restore_s: dict[tuple[str, int], float] = {}
         self.admission = Admission(range(len(self.gpu_ids)), gate_policy(
-            settings, self.pool, self.node_size, self.residency, self._prefer))
+            settings, self.pool, self.node_size, self.residency, self._prefer, cache_aware))
 
     def residency(self) -> Residency:
         """What the pool holds now, in unit ids: the manager's residents (named as the
@@ -148,6 +157,7 @@ class GpuPoolRuntime:
                 log.warning("could not publish GPU pool %s", self.pool, exc_info=True)
             self.fence.start()
             self._heartbeat.start()
+        self.learned.start()
         if self.executor.ready():
             log.info("GPU pool %s: Triton is ready", self.pool)
         else:
@@ -157,6 +167,7 @@ class GpuPoolRuntime:
     def stop(self) -> None:
         """Withdraw the pool's inventory, unload its idle services, close the Triton clients."""
         self._heartbeat.stop()
+        self.learned.stop()
         self.fence.stop()
         with contextlib.suppress(redis.RedisError):
             self.withdraw()
@@ -215,10 +226,14 @@ class GpuPoolRuntime:
     def request(
         self, action: Action, model: str, counts: Sequence[int], arrived: float
     ) -> Request:
-        """The admission request: GPU counts with durations from the action or the model."""
-        with self._lock:
-            request = request_for(action, arrived, self.durations, counts,
-                                  key=action.signature or model)
+        """The admission request: GPU counts with the durations the action states, else
+        those the pool learned (:func:`service_options`)."""
+        if action.t1 is not None:
+            request = request_for(action, arrived, None, counts)
+        else:
+            options = self.learned.options(model, action.signature, counts,
+                                           action.elasticity is not None)
+            request = Request(action.id, options, arrived, action.signature)
         if self.settings.node.scheduler == "fcfs-min":
             request = replace(request, options=request.options[:1])
         return replace(request, service=model)
@@ -354,9 +369,8 @@ class GpuPoolRuntime:
         }
         timings.exec_started, timings.exec_finished = outcome.started_at, outcome.finished_at
         timings.exec_s, timings.setup_s = outcome.exec_s, outcome.setup_s
+        self.learned.learn(model, action.signature, len(result.units), outcome.exec_s)
         with self._lock:
-            self.durations.observe(signature_of(action, action.signature or model),
-                                   len(result.units), outcome.exec_s)
             if outcome.loaded:
                 key = (model, len(result.units))
                 self._restore_s[key] = smoothed(self._restore_s.get(key), outcome.setup_s)

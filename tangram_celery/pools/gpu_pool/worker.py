@@ -14,12 +14,14 @@ from tangram_celery.command_line import run_with_settings
 from tangram_celery.connection import connect
 from tangram_celery.errors import ConfigError
 from tangram_celery.keys import DEFAULT_GPU_POOL
+from tangram_celery.pools.duration_sharing import SharedDurations
 from tangram_celery.pools.gpu_pool.backend import DEFAULT_TRITON_RETRY_S
 from tangram_celery.pools.gpu_pool.batching import DEFAULT_MAX_BATCH
 from tangram_celery.pools.gpu_pool.inventory import check_pool_name
 from tangram_celery.pools.gpu_pool.policy import DEFAULT_NODE_SIZE
 from tangram_celery.pools.gpu_pool.runtime import GpuPoolRuntime
 from tangram_celery.pools.serving import admission_window, serve
+from tangram_celery.scheduling import DurationModel
 from tangram_celery.settings import Settings, TritonSettings
 
 
@@ -48,8 +50,11 @@ def build_gpu_pool(
     triton_retry_s: float = DEFAULT_TRITON_RETRY_S,
     batching: bool = True,
     max_batch: int = DEFAULT_MAX_BATCH,
+    cache_aware: bool = False,
 ) -> GpuPoolRuntime:
-    """A GPU pool runtime over the settings' Triton server and model repository."""
+    """A GPU pool runtime over the settings' Triton server and model repository; it shares
+    the service times it learns with the other GPU pools unless ``TANGRAM_DURATIONS_SYNC_S``
+    is 0."""
     from tangram_celery.reward.executor import RewardExecutor
 
     ids = tuple(range(gpus)) if gpu_ids is None else tuple(gpu_ids)
@@ -66,10 +71,16 @@ def build_gpu_pool(
         namespace=check_pool_name(pool),
         key=settings.triton.key,
     )
-    return GpuPoolRuntime(settings, pool, executor, ids, node_size, name=worker_name(pool),
-                          client=connect(settings.broker),
+    client = connect(settings.broker)
+    name = worker_name(pool)
+    shared = None
+    if settings.node.durations_sync_s > 0:
+        shared = SharedDurations(client, name, DurationModel(), settings.node.durations_sync_s,
+                                 pools=keys.GPU)
+        shared.catch_up()
+    return GpuPoolRuntime(settings, pool, executor, ids, node_size, name=name, client=client,
                           triton_retry_s=triton_retry_s, batching=batching,
-                          max_batch=max_batch)
+                          max_batch=max_batch, shared=shared, cache_aware=cache_aware)
 
 
 def run_gpu_worker(
@@ -83,10 +94,11 @@ def run_gpu_worker(
     triton_retry_s: float = DEFAULT_TRITON_RETRY_S,
     batching: bool = True,
     max_batch: int = DEFAULT_MAX_BATCH,
+    cache_aware: bool = False,
 ) -> None:
     """Run a GPU pool worker on ``tangram.gpu.<pool>`` in this process until told to stop."""
     runtime = build_gpu_pool(settings, pool, gpus, node_size, gpu_ids, triton_retry_s,
-                             batching, max_batch)
+                             batching, max_batch, cache_aware)
     window = admission_window(settings.node, gpus, concurrency)
     kind = "simulated" if settings.gpu.simulated else "real"
     serve(settings, runtime, keys.gpu_queue(pool), worker_name(pool), window, loglevel,
@@ -126,6 +138,10 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-batch", type=int, default=None,
                         help="actions that may join a running batch of a service on its chunk "
                              f"(default TANGRAM_REWARD_MAX_BATCH, {DEFAULT_MAX_BATCH})")
+    parser.add_argument("--cache-aware", action="store_true",
+                        help="run the pooled baselines' cache-aware FCFS (resident first, a "
+                             "bounded wait for a busy replica, grants on resident chunks) "
+                             "instead of TANGRAM_SCHEDULER's decision")
     parser.add_argument("--loglevel", default="INFO")
 
 
@@ -134,7 +150,8 @@ def run_from_args(settings: Settings, args: argparse.Namespace) -> None:
     retry = settings.triton.retry_s if args.triton_retry_s is None else args.triton_retry_s
     run_gpu_worker(settings, args.gpu_pool, args.gpus, args.node_size, args.concurrency,
                    args.loglevel, args.gpu_ids, retry, args.batching,
-                   settings.gpu.reward_max_batch if args.max_batch is None else args.max_batch)
+                   settings.gpu.reward_max_batch if args.max_batch is None else args.max_batch,
+                   args.cache_aware)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,12 +7,10 @@ import pytest
 
 from tangram_bench.sim.cluster import Cluster
 from tangram_bench.sim.costs import SCHEDULING_ONLY
-from tangram_bench.sim.gpupool import cache_aware_chunks
 from tangram_bench.sim.invariants import violations
 from tangram_bench.sim.services import replica_chunks, tp_size
 from tangram_bench.sim.systems import simulate, system
 from tangram_bench.workloads import mopd
-from tangram_celery.scheduling.residency import Resident, service_name
 
 FIVE_NODES = Cluster(cpu_nodes=1, gpu_nodes=5, gpus_per_node=8)
 
@@ -54,33 +52,6 @@ def test_system_names_of_the_new_baselines() -> None:
     assert system("celery:cache").cache_aware and not system("celery:cache").quota
     with pytest.raises(ValueError, match="static-tp<k>"):
         system("static-tp0")
-
-
-def _resident(model: str, chunk: tuple[int, ...], used: int) -> tuple[str, Resident]:
-    name = service_name(model, chunk)
-    return name, Resident(name, model, chunk, 1000, used)
-
-
-def test_cache_aware_chunks_move_a_start_onto_its_resident_replica() -> None:
-    residents = dict([_resident("a", (4, 5), 1), _resident("a", (6, 7), 3)])
-    chunks = cache_aware_chunks([("a", (0, 1))], range(8), 8, 8, residents)
-    assert chunks == [(6, 7)]
-
-
-def test_cache_aware_chunks_keep_the_policys_chunk_without_a_resident() -> None:
-    residents = dict([_resident("b", (4, 5), 1)])
-    assert cache_aware_chunks([("a", (2, 3))], range(8), 8, 8, residents) == [(2, 3)]
-
-
-def test_cache_aware_chunks_place_largest_first_so_everything_still_fits() -> None:
-    residents = dict([_resident("a", (0,), 1)])
-    requests = [("a", (1,)), ("b", (2, 3)), ("c", (4, 5, 6, 7))]
-    chunks = cache_aware_chunks(requests, range(8), 8, 8, residents)
-    assert chunks[2] == (4, 5, 6, 7)
-    assert chunks[0] == (0,)
-    used = [gpu for chunk in chunks for gpu in chunk]
-    assert len(used) == len(set(used)) == 7
-    assert all(len(c) == len(r[1]) for c, r in zip(chunks, requests, strict=True))
 
 
 @pytest.mark.parametrize("name", ["static-tp4", "fixed-dop-4:cache", "celery:cache"])

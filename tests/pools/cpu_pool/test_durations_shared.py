@@ -11,7 +11,7 @@ from test_elastic_node import CpuWorkers
 from tangram_bench.emulation import emulated_test_run
 from tangram_celery import keys
 from tangram_celery.client import TangramClient
-from tangram_celery.pools.cpu_pool.duration_sharing import SharedDurations, parse_entry
+from tangram_celery.pools.duration_sharing import SharedDurations, parse_entry
 from tangram_celery.pools.serving import Heartbeat
 from tangram_celery.processes import free_ports
 from tangram_celery.scheduling import DurationModel

@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from tangram_bench.sim.costs import charged_costs, ms, span
+
 NAME = "sim-costs"
 """The section's name: ``docs/bench/sim-costs.md`` and ``.json``."""
 
@@ -48,10 +50,6 @@ FIGURES: dict[str, str] = {
     "exec_s": "the trivial action's exec part",
 }
 """Each figure the command reports, in the order of its table."""
-CHARGED = ("dispatch_s", "exec_latency_s")
-"""The figures the simulator charges as control-plane costs (the rest are context)."""
-
-
 def figure(run: Run, name: str) -> float:
     """One of :data:`FIGURES` for ``run``."""
     return run.docker_exec_s if name == "exec_latency_s" else float(getattr(run, name))
@@ -79,30 +77,6 @@ def measured(runs: Sequence[Run], command: str, when: str, machine: str) -> dict
     }
 
 
-def charged(data: Mapping[str, Any]) -> dict[str, float]:
-    """The cost the simulator charges for each of :data:`CHARGED`: its median, rounded to
-    the millisecond."""
-    return {name: round(float(data["figures"][name]["median"]), 3) for name in CHARGED}
-
-
-def ms(value: float) -> str:
-    """Seconds as milliseconds with one decimal."""
-    return f"{value * 1000:.1f} ms"
-
-
-def span(s: Mapping[str, float]) -> str:
-    """A spread as "median (min-max)" in milliseconds."""
-    return f"{ms(s['median'])} ({s['min'] * 1000:.1f}-{s['max'] * 1000:.1f} ms)"
-
-
-def source(data: Mapping[str, Any], name: str) -> str:
-    """How a cost's source reads in the simulator's cost table."""
-    runs = data["runs"]
-    return (f"median (min-max) over {runs} runs of `{data['command']}` on {data['machine']}, "
-            f"{data['date']}: {span(data['figures'][name])} "
-            f"(tangram_bench/sim/measured_costs.json, {data['section']})")
-
-
 def section_text(data: Mapping[str, Any]) -> str:
     """The Markdown section ``docs/bench/sim-costs.md``."""
     lines = [f"## {NAME}", "", f"Command: `{data['command']}`", "",
@@ -115,7 +89,7 @@ def section_text(data: Mapping[str, Any]) -> str:
              "which this command writes.", "",
              "| figure | what | median (min-max) over runs | simulator |",
              "| --- | --- | --- | --- |"]
-    costs = charged(data)
+    costs = charged_costs(data)
     for name, what in FIGURES.items():
         use = f"charged: {costs[name]} s" if name in costs else "context"
         lines.append(f"| {name} | {what} | {span(data['figures'][name])} | {use} |")

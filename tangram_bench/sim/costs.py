@@ -17,12 +17,10 @@ rejection latency) live in :class:`~tangram_bench.sim.cluster.Cluster` and are a
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from importlib import resources
 from typing import Any
-
-from tangram_bench.costs_report import charged as charged_costs
-from tangram_bench.costs_report import source, span
 
 
 @dataclass(frozen=True)
@@ -41,6 +39,34 @@ class Costs:
     max_pods_per_node: int | None = None
     api_qps: float | None = None
     api_burst: int = 10
+
+
+CHARGED = ("dispatch_s", "exec_latency_s")
+"""The measured figures charged as control-plane costs (``tangram bench costs`` measures
+more, as context)."""
+
+
+def charged_costs(data: Mapping[str, Any]) -> dict[str, float]:
+    """The cost charged for each of :data:`CHARGED` in a measurement ``tangram bench costs``
+    wrote: its median over the runs, rounded to the millisecond."""
+    return {name: round(float(data["figures"][name]["median"]), 3) for name in CHARGED}
+
+
+def ms(value: float) -> str:
+    """Seconds as milliseconds with one decimal."""
+    return f"{value * 1000:.1f} ms"
+
+
+def span(s: Mapping[str, float]) -> str:
+    """A measured figure's spread as "median (min-max)" in milliseconds."""
+    return f"{ms(s['median'])} ({s['min'] * 1000:.1f}-{s['max'] * 1000:.1f} ms)"
+
+
+def source(data: Mapping[str, Any], name: str) -> str:
+    """How a measured cost's source reads in a report's cost table."""
+    return (f"median (min-max) over {data['runs']} runs of `{data['command']}` on "
+            f"{data['machine']}, {data['date']}: {span(data['figures'][name])} "
+            f"(tangram_bench/sim/measured_costs.json, {data['section']})")
 
 
 MEASURED_FILE = "measured_costs.json"

@@ -9,18 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tangram_bench.costs_report import (
-    CHARGED,
-    FIGURES,
-    NAME,
-    Run,
-    Spread,
-    charged,
-    measured,
-    section_text,
-    spread,
-)
+from tangram_bench.costs_report import FIGURES, NAME, Run, Spread, measured, section_text, spread
 from tangram_bench.sim import costs
+from tangram_bench.sim.costs import CHARGED, charged_costs
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = [Run(0.010, 0.003, 0.060, 0.40), Run(0.008, 0.002, 0.055, 0.30),
@@ -57,7 +48,7 @@ def test_the_measurement_holds_every_figure_over_every_run() -> None:
     assert set(data["figures"]) == set(FIGURES)
     assert data["figures"]["dispatch_s"] == {"median": 0.007, "min": 0.006, "max": 0.02}
     assert data["figures"]["exec_latency_s"] == {"median": 0.058, "min": 0.055, "max": 0.06}
-    assert charged(data) == {"dispatch_s": 0.007, "exec_latency_s": 0.058}
+    assert charged_costs(data) == {"dispatch_s": 0.007, "exec_latency_s": 0.058}
 
 
 def test_the_section_names_its_command_and_shows_the_spread() -> None:

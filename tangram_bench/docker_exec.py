@@ -6,7 +6,8 @@ baseline pays, measured on our own stack.
 It starts one warm container (no network, as a sandbox would run), times ``exec_run(["true"])``
 ``n`` times, times ``n // 5`` cold ``containers.run(..., remove=True)`` starts, removes what it
 started and prints the medians and p90s as JSON. The simulator's ``exec_latency_s`` default
-comes from this measurement (see :mod:`tangram_bench.sim.costs`).
+was first measured this way; ``tangram bench costs`` (:mod:`tangram_bench.costs_bench`) now
+measures it over several runs and writes what :mod:`tangram_bench.sim.costs` charges.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """``tangram bench gateway``: verl-style load on ``tangram gateway`` and the baseline, side by side.
 
     tangram bench gateway [--clients 1,8,32] [--cases 4] [--language python|cpp] [--json]
+                          [--out docs]
 
 Each client judges programs the way verl's ``check_correctness`` does: one ``/run_code`` request
 per stdin/stdout test case, all cases of a program sent at once (with verl's payload: both
@@ -13,7 +14,8 @@ of the request latency, throughput (requests per second) and the share of cases 
 then tangram's ratios (throughput tangram / baseline, p90 tangram / baseline) and, at the
 fewest clients, where a tangram request's time went (from the gateway's ``X-Tangram-Timings``;
 ``client`` is the HTTP round trip and the client's side). The targets at 32 clients: throughput
-ratio >= 2 and p90 ratio <= 1; at 1 client p50 ratio <= 1.
+ratio >= 2 and p90 ratio <= 1; at 1 client p50 ratio <= 1. With ``--out DIR`` it also writes
+the section ``DIR/bench/gateway-<language>.md`` (and ``.json``) and rebuilds ``DIR/results.md``.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
+import datetime
 import json
 import math
 import os
+import shlex
 import statistics
 import sys
 import tempfile
@@ -34,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from tangram_bench.baseline import SPLIT_KEY, run_code, start_baseline
+from tangram_bench.report import publish
 from tangram_celery.gateway.launch import spawn_gateway, wait_for_gateway
 from tangram_celery.processes import free_port, stop_process
 from tangram_celery.settings import Settings
@@ -182,6 +187,37 @@ def render(points: Sequence[Point], language: str, cases: int) -> str:
     return "\n".join(lines)
 
 
+TARGETS = "throughput >= 2x the baseline's and p90 <= 1x at the most clients; p50 <= 1x at one"
+
+
+def section_text(points: Sequence[Point], language: str, cases: int, command: str,
+                 machine: str) -> str:
+    """The Markdown section ``gateway-<language>``: every point, tangram's ratios and, at the
+    fewest clients, where a tangram request's time went."""
+    lines = [f"## gateway-{language}", "", f"Command: `{command}`", "",
+             f"verl-style {language} load on {machine}: {cases} cases per program, one request "
+             "per case, all cases of a program at once, against the subprocess-per-request "
+             "baseline (no isolation, no queue); one run, the two systems alternating at each "
+             "client count, so the ratios hold better than the absolute milliseconds. "
+             f"Targets: {TARGETS}.", "",
+             "| system | clients | requests | p50 ms | p90 ms | req/s | judged right |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines += [f"| {p.system} | {p.clients} | {p.requests} | {p.p50_ms:.1f} | {p.p90_ms:.1f} "
+              f"| {p.throughput_rps:.1f} | {p.correct:.0%} |" for p in points]
+    lines += ["", "| clients | throughput, tangram / baseline | p50 | p90 "
+              "| correct answers per second |", "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {clients} | {r['throughput']:.2f}x | {r['p50']:.2f}x | {r['p90']:.2f}x "
+              f"| {r['correct_throughput']:.2f}x |" for clients, r in ratios(points).items()]
+    split = sorted((p.clients, p.split_ms) for p in points
+                   if p.split_ms and p.system == "tangram")
+    if split:
+        clients, parts = split[0]
+        lines += ["", f"Where a tangram request's time went at {clients} client(s) (mean ms, "
+                  "from `X-Tangram-Timings`): "
+                  + ", ".join(f"{part} {parts[part]:.1f}" for part in SPLIT_PARTS) + "."]
+    return "\n".join(lines)
+
+
 @contextlib.contextmanager
 def tangram_gateway(cores: int, log_dir: Path) -> Iterator[str]:
     """A private Redis, one CPU node worker with ``cores`` cores and a gateway; its URL."""
@@ -209,6 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)),
                         help="cores of tangram's CPU node (default: this machine's)")
     parser.add_argument("--json", action="store_true", help="also print the points as JSON")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="also write the section DIR/bench/gateway-<language>.md")
     return parser
 
 
@@ -239,9 +277,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                 points.append(measure(url, system, clients, programs, args.language, total))
                 print(f"  {system} at {clients} clients done", file=sys.stderr, flush=True)
     print(render(points, args.language, args.cases))
+    found = {"points": [asdict(p) for p in points],
+             "ratios": {str(k): v for k, v in ratios(points).items()}}
     if args.json:
-        print(json.dumps({"points": [asdict(p) for p in points],
-                          "ratios": {str(k): v for k, v in ratios(points).items()}}, indent=2))
+        print(json.dumps(found, indent=2))
+    if args.out is not None:
+        given = list(sys.argv[1:] if argv is None else argv)
+        text = section_text(points, args.language, args.cases,
+                            "tangram bench gateway " + shlex.join(given),
+                            f"a shared {os.cpu_count()}-core machine, "
+                            f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d}")
+        folder = args.out / "bench"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"gateway-{args.language}.json").write_text(json.dumps(found, indent=1))
+        publish(args.out, f"gateway-{args.language}", text)
     return 0
 
 

@@ -2,7 +2,8 @@
 
 The command line of :mod:`tangram_bench.reward`. Run: ``python -m
 tangram_bench.reward`` (starts its own server on free ports; ``--url`` uses a running
-one). The table's header carries the machine's load average before and after.
+one). The table's header carries the machine's load average before and after. ``--out DIR``
+also writes the section ``DIR/bench/reward-batching.md`` and rebuilds ``DIR/results.md``.
 
 ``--perf-analyzer PATH`` also measures both variants with NVIDIA's ``perf_analyzer`` (how to get
 the binary: :mod:`tangram_bench.reward.perf_analyzer`).
@@ -13,11 +14,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from tangram_bench.report import publish
 from tangram_bench.reward.measure import bench_model
-from tangram_bench.reward.results import ModelResult, render
+from tangram_bench.reward.results import NAME, ModelResult, render, section_text
 from tangram_celery.reward.executor import default_repository
 from tangram_celery.reward.repository import load_repository
 from tangram_celery.reward.server import TritonServer
@@ -104,6 +108,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--perf-analyzer", type=Path,
                         help="also measure with this perf_analyzer binary (see the docstring)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="also write the section DIR/bench/reward-batching.md (and .json) "
+                             "and rebuild DIR/results.md")
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.seconds <= 0:
         parser.error("--rounds must be >= 1 and --seconds > 0")
@@ -125,4 +132,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps({"header": header, "models": [r.summary() for r in results]}, indent=2))
     else:
         print(render(results, header))
+    if args.out is not None:
+        given = list(sys.argv[1:] if argv is None else argv)
+        folder = args.out / "bench"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{NAME}.json").write_text(json.dumps(
+            {"header": header, "models": [r.summary() for r in results]}, indent=1))
+        publish(args.out, NAME, section_text(
+            results, header, "python -m tangram_bench.reward " + shlex.join(given)))
     return 0

@@ -84,3 +84,31 @@ def render(results: Sequence[ModelResult], header: str) -> str:
         lines += [_point_line("ours (aio)", p) for p in r.points]
         lines += [_point_line("perf_analyzer", p) for p in r.pa_points]
     return "\n".join(lines)
+
+
+NAME = "reward-batching"
+"""The section ``python -m tangram_bench.reward --out DIR`` writes (``bench/<NAME>.md``)."""
+
+
+def _cell(point: Point) -> str:
+    ratios = point.round_ratios
+    return (f"| {point.concurrency} | {point.batched_rps:.0f} | {point.unbatched_rps:.0f} "
+            f"| {point.ratio:.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) |")
+
+
+def section_text(results: Sequence[ModelResult], header: str, command: str) -> str:
+    """The Markdown section :data:`NAME`: per model, its load time and one-by-one latency, then
+    batched and unbatched throughput at each concurrency with their ratio (the median over the
+    rounds and, in brackets, the range of each round's ratio)."""
+    lines = [f"## {NAME}", "", f"Command: `{command}`", "", header + ".", ""]
+    for r in results:
+        lines += [f"### {r.model}", "",
+                  f"Load p50 {r.load_p50_s:.2f} s; one-by-one latency p50 "
+                  f"{r.latency_p50_ms:.2f} ms, p90 {r.latency_p90_ms:.2f} ms.", "",
+                  "| client | concurrency | batched req/s | unbatched req/s "
+                  "| batched / unbatched (range over rounds) |",
+                  "| --- | --- | --- | --- | --- |"]
+        lines += [f"| ours (aio) {_cell(p)}" for p in r.points]
+        lines += [f"| perf_analyzer {_cell(p)}" for p in r.pa_points]
+        lines.append("")
+    return "\n".join(lines).rstrip("\n")

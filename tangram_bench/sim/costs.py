@@ -6,13 +6,21 @@ differ between systems) and :data:`CONTROL_PLANE` (the documented costs below, c
 single-cost presets (:data:`SINGLE`) charge one cost alone, so each one's effect can be read on
 its own.
 
+The two measured costs (``dispatch_s``, ``exec_latency_s``) are read from
+``measured_costs.json`` beside this module, which ``tangram bench costs`` writes: the median
+over several runs on the real stack, with the range and the command in each flag's source.
+
 Costs that are physics rather than control plane (a GPU model's restore time, an API's
 rejection latency) live in :class:`~tangram_bench.sim.cluster.Cluster` and are always on.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
+from importlib import resources
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -33,35 +41,69 @@ class Costs:
     api_burst: int = 10
 
 
+CHARGED = ("dispatch_s", "exec_latency_s")
+"""The measured figures charged as control-plane costs (``tangram bench costs`` measures
+more, as context)."""
+
+
+def charged_costs(data: Mapping[str, Any]) -> dict[str, float]:
+    """The cost charged for each of :data:`CHARGED` in a measurement ``tangram bench costs``
+    wrote: its median over the runs, rounded to the millisecond."""
+    return {name: round(float(data["figures"][name]["median"]), 3) for name in CHARGED}
+
+
+def ms(value: float) -> str:
+    """Seconds as milliseconds with one decimal."""
+    return f"{value * 1000:.1f} ms"
+
+
+def span(s: Mapping[str, float]) -> str:
+    """A measured figure's spread as "median (min-max)" in milliseconds."""
+    return f"{ms(s['median'])} ({s['min'] * 1000:.1f}-{s['max'] * 1000:.1f} ms)"
+
+
+def source(data: Mapping[str, Any], name: str) -> str:
+    """How a measured cost's source reads in a report's cost table."""
+    return (f"median (min-max) over {data['runs']} runs of `{data['command']}` on "
+            f"{data['machine']}, {data['date']}: {span(data['figures'][name])} "
+            f"(tangram_bench/sim/measured_costs.json, {data['section']})")
+
+
+MEASURED_FILE = "measured_costs.json"
+MEASURED: dict[str, Any] = json.loads(
+    resources.files("tangram_bench.sim").joinpath(MEASURED_FILE).read_text())
+"""What ``tangram bench costs`` wrote: each figure's median and range over its runs."""
+_MEASURED = charged_costs(MEASURED)
+
 SCHEDULING_ONLY = Costs()
 """Every control-plane cost off."""
 
 CONTROL_PLANE = Costs(
-    dispatch_s=0.046,
+    dispatch_s=_MEASURED["dispatch_s"],
     pod_start_s=2.0,
-    exec_latency_s=0.069,
+    exec_latency_s=_MEASURED["exec_latency_s"],
     max_pods_per_node=110,
 )
 """The documented costs (see :data:`SOURCES`)."""
 
 SOURCES: dict[str, str] = {
     "dispatch_s": (
-        "tangram's own per-action cost on our stack: `python -m tangram_bench.overhead "
-        "--n 100` on the 2-core dev machine measured a trivial sandboxed action's ACT at p50 "
-        "48.4 ms (exec 2.3 ms, so 46 ms of queue hand-off, broker, bubblewrap sandbox setup "
-        "33 ms and result path); charged to tangram, fixed DoP and plain Celery alike"
+        "tangram's own per-action cost on our stack, a trivial sandboxed action's ACT less its "
+        "exec (queue hand-off, broker, sandbox set-up, result path): "
+        f"{source(MEASURED, 'dispatch_s')}; "
+        "charged to tangram, fixed DoP and plain Celery alike"
     ),
     "pod_start_s": (
         "time from pod creation to a running container, once per trajectory. The Kubernetes "
         "pod-startup SLO (kubernetes/community sig-scalability/slos/pod_startup_latency.md) "
         "bounds it at p99 <= 5 s excluding image pulls; a bare `docker run --rm` of our "
-        "sandbox image measured p50 0.35 s (`python -m tangram_bench.docker_exec`). "
+        f"sandbox image took {span(MEASURED['figures']['docker_run_s'])} "
+        f"(`{MEASURED['command']}`). "
         "2 s is an assumption between the two (scheduling, kubelet, CNI, container start)"
     ),
     "exec_latency_s": (
         "per-action container exec: `docker exec` through the Docker SDK (`exec_run(['true'])` "
-        "in a warm container, `python -m tangram_bench.docker_exec`) measured p50 "
-        "68.7 ms, p90 81.9 ms on our stack (the field notes recorded ~51 ms on another day). "
+        f"in a warm container): {source(MEASURED, 'exec_latency_s')}. "
         "A Kubernetes exec goes client -> kube-apiserver -> kubelet -> CRI streaming server, "
         "two more hops over the docker-exec path: this flag charges only the measured docker "
         "part. client-go's default client rate limit (QPS 5, burst 10: DefaultQPS and "

@@ -14,6 +14,7 @@ from tangram_bench.gateway import (
     python_programs,
     ratios,
     render,
+    section_text,
     verl_request,
 )
 
@@ -45,6 +46,22 @@ def test_ratios_and_table() -> None:
            "answers per second 5.00x" in text
     assert " 8 clients" not in text
     assert "client 1.0, gateway 2.0, broker 3.0, sandbox 4.0, program 5.0" in text
+
+
+def test_the_section_names_its_command_and_holds_every_point() -> None:
+    points = [Point("baseline", 32, 100, 50.0, 200.0, 10.0, 0.5),
+              Point("tangram", 32, 100, 25.0, 100.0, 25.0, 1.0,
+                    {"client": 1, "gateway": 2, "broker": 3, "sandbox": 4, "program": 5}),
+              Point("tangram", 1, 10, 5.0, 6.0, 2.0, 1.0,
+                    {"client": 6, "gateway": 7, "broker": 8, "sandbox": 9, "program": 10})]
+    text = section_text(points, "cpp", 4, "tangram bench gateway --language cpp --out docs",
+                        "a test machine")
+    assert text.startswith("## gateway-cpp\n\nCommand: `tangram bench gateway --language cpp "
+                           "--out docs`\n")
+    assert "| baseline | 32 | 100 | 50.0 | 200.0 | 10.0 | 50% |" in text
+    assert "| 32 | 2.50x | 0.50x | 0.50x | 5.00x |" in text
+    assert "at 1 client(s) (mean ms, from `X-Tangram-Timings`): client 6.0, gateway 7.0, " \
+           "broker 8.0, sandbox 9.0, program 10.0." in text
 
 
 def test_bad_arguments_are_refused(capsys: pytest.CaptureFixture[str]) -> None:

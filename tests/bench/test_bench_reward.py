@@ -149,3 +149,17 @@ def test_param_parses_and_reaches_the_variants(triton_server: TritonServer) -> N
         bench_cli.main(["--url", triton_server.grpc_url, "--model", "answer_match", "--param",
                     "max_chars=5", "--concurrency", "1", "--rounds", "1", "--seconds", "0.2",
                     "--loads", "1", "--requests", "5"])
+
+
+def test_the_section_names_its_command_and_each_ratio_with_its_range() -> None:
+    from tangram_bench.reward.results import NAME, ModelResult, Point, section_text
+
+    result = ModelResult("answer_match", 0.5, 2.0, 3.0,
+                         (Point(1, (100.0, 90.0, 110.0), (100.0, 100.0, 100.0)),
+                          Point(32, (300.0, 200.0, 250.0), (100.0, 100.0, 125.0))))
+    text = section_text([result], "reward benchmark: a header", "python -m tangram_bench.reward "
+                        "--out docs")
+    assert text.startswith(f"## {NAME}\n\nCommand: `python -m tangram_bench.reward --out docs`")
+    assert "| ours (aio) | 1 | 100 | 100 | 1.00x (0.90-1.10) |" in text
+    assert "| ours (aio) | 32 | 250 | 100 | 2.50x (2.00-3.00) |" in text
+    assert "Load p50 0.50 s; one-by-one latency p50 2.00 ms, p90 3.00 ms." in text

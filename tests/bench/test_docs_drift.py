@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import re
 import shlex
+from itertools import takewhile
 from pathlib import Path
 
 import pytest
 
+from tangram_bench.report import cost_lines
+from tangram_bench.sim.costs import LABELS, PRESETS
 from tangram_bench.suite import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,3 +58,35 @@ def test_a_hand_edit_of_any_figure_is_not_masked() -> None:
     assert stable(edited) != stable(text)
     assert stable(text).count("<s> s of simulation wall time") == 1
     assert "ms/call" not in stable(text).replace("<ms> ms/call", "")
+
+
+def presets_charged(text: str) -> list[str]:
+    """The cost presets a section's "Control-plane cost presets" table lists, by key."""
+    keys = {label: key for key, label in LABELS.items()}
+    lines = text.splitlines()
+    if COST_TABLE not in lines:
+        return []
+    start = lines.index(COST_TABLE) + 4
+    rows = takewhile(lambda line: line.startswith("| "), lines[start:])
+    return [keys[row.split(" | ")[0].removeprefix("| ")] for row in rows]
+
+
+COST_TABLE = "Control-plane cost presets (each charges the flags named, every other cost off):"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "docs" / "bench").glob("*.md")),
+                         ids=lambda p: p.stem)
+def test_every_section_charges_todays_costs(path: Path) -> None:
+    text = path.read_text()
+    presets = presets_charged(text)
+    assert "\n".join(cost_lines(presets)) in text, (
+        f"{path.name} charged control-plane costs other than sim/costs.py's (measured by "
+        "`tangram bench costs`): rerun its command")
+
+
+def test_a_section_with_other_costs_is_caught() -> None:
+    text = committed()
+    table = "\n".join(cost_lines(["cp"]))
+    stale = table.replace(f"dispatch_s {PRESETS['cp'].dispatch_s}", "dispatch_s 0.046")
+    assert presets_charged(text + "\n" + stale) == ["cp"]
+    assert table not in text + "\n" + stale

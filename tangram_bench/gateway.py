@@ -183,8 +183,12 @@ def render(points: Sequence[Point], language: str, cases: int) -> str:
     for clients, ratio in ratios(points).items():
         lines.append(f"{clients:>3} clients: throughput {ratio['throughput']:.2f}x the "
                      f"baseline's, p50 {ratio['p50']:.2f}x, p90 {ratio['p90']:.2f}x, "
-                     f"correct answers per second {ratio['correct_throughput']:.2f}x")
+                     f"correct answers per second {_times(ratio['correct_throughput'])}")
     return "\n".join(lines)
+
+
+def _times(ratio: float) -> str:
+    return "baseline judged none right" if math.isinf(ratio) else f"{ratio:.2f}x"
 
 
 TARGETS = "throughput >= 2x the baseline's and p90 <= 1x at the most clients; p50 <= 1x at one"
@@ -207,7 +211,7 @@ def section_text(points: Sequence[Point], language: str, cases: int, command: st
     lines += ["", "| clients | throughput, tangram / baseline | p50 | p90 "
               "| correct answers per second |", "| --- | --- | --- | --- | --- |"]
     lines += [f"| {clients} | {r['throughput']:.2f}x | {r['p50']:.2f}x | {r['p90']:.2f}x "
-              f"| {r['correct_throughput']:.2f}x |" for clients, r in ratios(points).items()]
+              f"| {_times(r['correct_throughput'])} |" for clients, r in ratios(points).items()]
     split = sorted((p.clients, p.split_ms) for p in points
                    if p.split_ms and p.system == "tangram")
     if split:

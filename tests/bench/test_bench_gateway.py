@@ -64,6 +64,15 @@ def test_the_section_names_its_command_and_holds_every_point() -> None:
            "broker 8.0, sandbox 9.0, program 10.0." in text
 
 
+def test_a_baseline_with_no_right_answer_is_named_not_divided_by() -> None:
+    points = [Point("baseline", 8, 10, 1.0, 1.0, 1.0, 0.0),
+              Point("tangram", 8, 10, 1.0, 1.0, 1.0, 1.0)]
+    text = section_text(points, "cpp", 4, "tangram bench gateway --out docs", "a test machine")
+    assert "| 8 | 1.00x | 1.00x | 1.00x | baseline judged none right |" in text
+    assert "inf" not in text
+    assert "correct answers per second baseline judged none right" in render(points, "cpp", 4)
+
+
 def test_bad_arguments_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--clients", "a,b"]) == 2
     assert main(["--clients", "0"]) == 2

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from tangram_bench.mopd_real.measured import MeasuredCluster, RestoreFit
 from tangram_bench.sim.cluster import Cluster
-from tangram_bench.sim.costs import Costs
+from tangram_bench.sim.costs import CONTROL_PLANE, Costs
 from tangram_bench.sim.durations import DEFAULT_DURATIONS
 from tangram_bench.teachers.model import restore_seconds
 from tangram_bench.teachers.repository import TeacherPhysics
@@ -25,13 +25,12 @@ REAL_DURATIONS = (DEFAULT_DURATIONS, "oracle")
 POOL = "mopd"
 GPU_MEMORY_MB = int(Cluster.gpu_memory_gb * 1000)
 """Memory per simulated GPU for the manager's bookkeeping, the simulator's (80 GB)."""
-DISPATCH_S = 0.005
+DISPATCH_S = CONTROL_PLANE.dispatch_s
 """Per-action control-plane cost charged to the pooled systems in the simulation beside the real
-run (presets ``sim`` and ``sim-measured``). The coding mode's 46 ms (``sim.costs.CONTROL_PLANE``)
-includes 33 ms of bubblewrap sandbox setup that a reward action never pays; this is the median
-overhead of the teacher calls that restored nothing in ``tangram bench mopd --mode real`` on
-the 2-core dev machine (client validation, publish, broker, the pool worker's hand-off, the
-gRPC call and the result path): 3-6 ms per system."""
+run (presets ``sim`` and ``sim-measured``): the cost ``tangram bench costs`` measured for the
+coding sim over several runs (client, publish, broker, hand-off and result path of a trivial
+action; :data:`tangram_bench.sim.costs.CONTROL_PLANE`). A teacher call pays the same path and no
+sandbox set-up."""
 SIM_COSTS = Costs(dispatch_s=DISPATCH_S)
 MEASURED = "sim-measured"
 """The preset of the simulation charged the restore times the real runs measured."""

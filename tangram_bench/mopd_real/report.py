@@ -88,8 +88,8 @@ def report_notes(config: RealGpuConfig, summaries: Sequence[Summary],
     notes = [
         "*simulated, same workload and node* (`sim`): the simulator on the same GPUs (80 GB "
         "each), the same seeded workload at the same time scale, the same restore physics, "
-        f"with a per-action dispatch cost of {DISPATCH_S * 1000:.0f} ms charged to the pooled "
-        "systems (measured on this stack, see `mopd_real.DISPATCH_S`); the simulator's static "
+        f"with a per-action dispatch cost of {DISPATCH_S * 1000:.1f} ms charged to the pooled "
+        "systems (measured on this stack by `tangram bench costs`); the simulator's static "
         "services pay no dispatch, the real ones pay the same Celery path as everyone.",
         "Memory: the GPU manager keeps one memory figure per model, so each teacher declares "
         "its memory per GPU at its smallest parallelism (`tangram_memory_mb`); the simulator "

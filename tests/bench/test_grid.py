@@ -8,6 +8,7 @@ from tangram_bench import grid
 from tangram_bench.grid import FIXED, PAPER, STATIC, TANGRAM, GridPoint, Measured
 from tangram_bench.plan import Point, workload_at
 from tangram_bench.robustness import main
+from tangram_bench.sim.malleable import MalleableKnobs
 
 
 def test_the_grid_has_every_combination() -> None:
@@ -22,7 +23,8 @@ def test_the_grid_has_every_combination() -> None:
 
 def test_a_small_task_runs_every_system() -> None:
     point = grid.scaled(GridPoint(20.0, (8, 24), (0.5, 0.99), 256), 16)
-    measured = grid.run_task((point, 1, 16, "learned", grid.SYSTEMS))
+    measured = grid.run_task((point, 1, 16, "learned", grid.SYSTEMS, MalleableKnobs(),
+                              grid.CORES))
     bound = measured.pop(grid.BOUND)
     assert set(measured) == set(grid.SYSTEMS)
     assert all(m.external > 0 and m.step > 0 for m in measured.values())

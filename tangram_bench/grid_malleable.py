@@ -20,6 +20,7 @@ from dataclasses import replace
 
 from tangram_bench import grid, grid_targets
 from tangram_bench.grid import FIXED, MALLEABLE, STATIC, GridPoint, Measured
+from tangram_bench.malleable_flags import add_knob_arguments, knobs
 from tangram_bench.report import publish
 from tangram_bench.sim.malleable import MalleableKnobs, knob_rows
 from tangram_bench.sim.systems import MALLEABLE_WEIGHTING
@@ -36,27 +37,13 @@ UNSEEN_BATCH = 512
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of the malleable runs' sections."""
-    defaults = MalleableKnobs()
-    parser.add_argument("--grow-cost", type=float, default=defaults.worker_start_s,
-                        help="seconds a core that joins a malleable test run holds before it "
-                             "works (worker start and collection)")
-    parser.add_argument("--takeback", type=float, default=defaults.takeback_s,
-                        help="seconds before a core taken back from a malleable run is free")
-    parser.add_argument("--reserve", type=float, default=defaults.reserve_s,
-                        help="keep free the cores that many seconds of the actions that are "
-                             "not test runs take to arrive (0: none)")
+    add_knob_arguments(parser)
     parser.add_argument("--weightings", action="store_true",
                         help="compare the malleable runs' weightings on a few grid points")
     parser.add_argument("--unseen", type=int, default=None, metavar="SEED",
                         help=f"run one seed at batch {UNSEEN_BATCH} on {UNSEEN_BATCH} cores")
     parser.add_argument("--points", default="",
                         help="grid: comma-separated point indices to run (default: all)")
-
-
-def knobs(args: argparse.Namespace) -> MalleableKnobs:
-    """The resize costs the flags give."""
-    return replace(MalleableKnobs(), worker_start_s=args.grow_cost, takeback_s=args.takeback,
-                   reserve_s=args.reserve)
 
 
 def chosen_points(points: Sequence[GridPoint], indices: str) -> list[GridPoint]:

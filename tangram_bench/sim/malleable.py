@@ -52,11 +52,12 @@ class MalleableKnobs:
 
     worker_start_s: float = 0.75
     takeback_s: float = 0.002
-    tests: int = 200
+    tests: int = 1000
     weighting: Weighting = "absolute"
     reserve_s: float = 0.0
     window_s: float = 10.0
     move_gain: float | None = 0.0
+    others_first: bool = True
 
     def __post_init__(self) -> None:
         if min(self.worker_start_s, self.takeback_s, self.reserve_s) < 0 or self.tests < 1 \
@@ -142,6 +143,7 @@ class MalleableNodes:
         self.workload = workload
         self.knobs = knobs or MalleableKnobs()
         self.config = ResizeConfig(self.knobs.worker_start_s, self.knobs.weighting,
+                                   others_first=self.knobs.others_first,
                                    move_gain=self.knobs.move_gain)
         self.durations = durations or Durations(DurationMode("oracle"))
         self.dispatch_s = costs.dispatch_s
@@ -179,23 +181,22 @@ class MalleableNodes:
             node = self.nodes[index]
             if isinstance(item, Live):
                 spec = self.workload.trajectories[item.trajectory].actions[item.index]
-                node.waiting.append((f"{item.trajectory}.{item.index}",
-                                     Pending(item, spec, now)))
-                if not (spec.kind == "test_run" and spec.elastic):
+                pending = Pending(item, spec, now)
+                node.waiting.append((f"{item.trajectory}.{item.index}", pending))
+                if not _malleable(pending):
                     node.arrivals.append(now)
                 node.dirty = True
-            elif isinstance(item, tuple) and item[0] == "free":
-                node.free.extend(item[1])
-                node.free.sort()
+                continue
+            assert isinstance(item, tuple)
+            if item[0] == "free":
+                node.free = sorted(node.free + item[1])
                 node.dirty = True
-            elif isinstance(item, tuple) and item[0] == "ready":
-                run = node.running.get(item[1])
-                if run is not None:
-                    self._retime(index, run, now)
-            elif isinstance(item, tuple) and item[0] == "finish":
-                run = node.running.get(item[1])
-                if run is not None and run.version == item[2]:
-                    done.append(self._finished(index, run, now))
+                continue
+            run = node.running.get(item[1])
+            if run is not None and item[0] == "ready":
+                self._retime(index, run, now)
+            elif run is not None and run.version == item[2]:
+                done.append(self._finished(index, run, now))
         return done
 
     def dispatch(self, now: float) -> None:
@@ -235,7 +236,7 @@ class MalleableNodes:
                          run.worker_s, run.expected, run.parallel,
                          max(run.pending.spec.units), run.started >= now)
             for run in node.running.values() if run.malleable)
-        waiting = tuple(Waiting(job_id, pending.spec.units[0])
+        waiting = tuple(Waiting(job_id, pending.spec.units[0], _malleable(pending))
                         for job_id, pending in node.waiting)
         window = self.knobs.window_s
         while node.arrivals and node.arrivals[0] < now - window:
@@ -275,7 +276,7 @@ class MalleableNodes:
             units += taken[:late]
             del taken[:late]
         start = now + (self.knobs.takeback_s if late else 0.0)
-        malleable = spec.kind == "test_run" and spec.elastic
+        malleable = _malleable(pending)
         run = Run(job_id, pending, start, malleable, list(units),
                   dict.fromkeys(units, start), dict.fromkeys(units, start), since=start)
         if malleable:
@@ -391,3 +392,8 @@ class MalleableNodes:
             started=run.started, finished=now, queue=run.started - pending.arrived,
             exec=exec_s, overhead=pending.arrived - pending.live.submitted,
             held=run.held, used=pending.spec.t1)
+
+
+def _malleable(pending: Pending) -> bool:
+    """Whether the action runs as a malleable test run (an elastic test run)."""
+    return pending.spec.kind == "test_run" and pending.spec.elastic

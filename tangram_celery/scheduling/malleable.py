@@ -1,18 +1,21 @@
 """Resize decisions for malleable test runs: which running runs grow or shrink, which waiting
-actions start. Pure: plain data in, a `ResizeDecision` out; not wired into a node yet.
+actions start. Pure: plain data in, a `ResizeDecision` out.
 
 A malleable run's workers pull test ids from one queue, so cores can join it and leave it while
 it runs (`tangram_celery.sandbox.malleable`). At each event (an action arrives or ends, a run
 reports progress) `decide_resize` takes the free cores, the running malleable runs and the
 waiting actions, and decides:
 
-* **Waiting actions first, in arrival order.** Each starts on free cores; when too few are
+* **Waiting actions first, in arrival order** (with `ResizeConfig.others_first`, those that are
+  not malleable runs before those that are). Each starts on free cores; when too few are
   free it takes cores back from malleable runs at once (a run keeps at least one worker),
   each time from the run that loses least by it. An action that cannot start even so waits,
   and so does every action behind it (no backfilling, as the pool's own queue).
 * **Then every free core goes to a run that gains from it**, one core at a time to the run
-  with the largest gain, until no run gains. A run given cores back in this decision does not
-  grow in it.
+  the weighting ranks first, until no run gains or only the node's `ResizeInputs.reserve` is
+  left. A run given cores back in this decision does not grow in it.
+* **Then, with `ResizeConfig.move_gain`, cores move between runs** while the run the
+  weighting grows first saves more seconds than the run it shrinks first loses.
 
 Remaining work, in core-seconds: the run's learned single-core duration times the share of its
 tests not yet done (`expected_core_s`); without a learned duration, the core-seconds spent so
@@ -106,6 +109,9 @@ class Waiting:
 
     action_id: str
     cores: int = 1
+    malleable: bool = False
+    """A malleable test run (it may start after the other waiting actions, see
+    `ResizeConfig.others_first`)."""
 
     def __post_init__(self) -> None:
         if self.cores < 1:
@@ -120,6 +126,9 @@ class ResizeConfig:
     worker_start_s: float
     weighting: Weighting = "absolute"
     min_gain: float = 0.0
+    others_first: bool = False
+    """Start the waiting actions that are not malleable runs before those that are (each
+    group in arrival order): an exec action never waits behind a test run."""
     move_gain: float | None = None
     """Move a core from one running run to another when the taker saves more seconds than
     the giver loses by more than this (None: cores move only to waiting actions)."""
@@ -202,7 +211,9 @@ def decide_resize(inputs: ResizeInputs, config: ResizeConfig) -> ResizeDecision:
     free = inputs.free_cores
     started: list[str] = []
     shrunk: dict[str, int] = {}
-    for action in inputs.waiting:
+    waiting = (sorted(inputs.waiting, key=lambda action: action.malleable)
+               if config.others_first else inputs.waiting)
+    for action in waiting:
         reclaimable = sum(n - 1 for n in workers.values())
         if free + reclaimable < action.cores:
             break

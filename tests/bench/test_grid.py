@@ -76,3 +76,25 @@ def test_the_group_size_is_a_knob_of_the_workload_and_of_the_cli(
     assert GridPoint(20.0, (8, 24), (0.5, 0.99), 256, group=2).params().group == 2
     assert main(["--grid", "--group", "0"]) == 2
     assert "--group must be a positive integer" in capsys.readouterr().err
+
+
+def test_the_malleable_targets_mark_each_miss() -> None:
+    from tangram_bench import grid_targets
+
+    def measured(malleable: Measured) -> dict[str, Measured]:
+        found = {name: Measured(100.0, 100.0, 1.0, (4, 4, 4), 50.0) for name in grid.SYSTEMS}
+        found[FIXED[2]] = Measured(40.0, 90.0, 1.2, (4, 4, 4), 30.0)
+        found[STATIC] = Measured(90.0, 200.0, 1.0, (1, 1, 1), 10.0)
+        found[grid.MALLEABLE] = malleable
+        found[grid.BOUND] = Measured(24.0, 80.0, 0.0, (0, 0, 0))
+        return found
+
+    point = GridPoint(20.0, (8, 24), (0.5, 0.99), 1280)
+    row = grid_targets.target_row(point, [measured(Measured(38.0, 95.0, 1.001, (1, 2, 8),
+                                                           60.0))])
+    assert row.best_fixed == FIXED[2] and row.vs_fixed.mean == pytest.approx(40 / 38)
+    assert row.misses == ["step time", "exec ACT"]
+    assert row.step_vs_bound.mean == pytest.approx(95 / 80) and row.core_s.mean == 60.0
+    table = grid_targets.render([row])
+    assert "1.053x (1.053-1.053) |" in table and "0.947x (0.947-0.947) (miss)" in table
+    assert "(step time, exec ACT)" in grid_targets.summary([row])

@@ -109,12 +109,12 @@ def _weighing(args: argparse.Namespace, seeds: Sequence[int]) -> tuple[str, str]
 
 def _unseen(args: argparse.Namespace) -> tuple[str, str]:
     group = CodingParams().group if args.group is None else args.group
-    base = replace(grid.grid_points()[0], batch=UNSEEN_BATCH * args.scale, group=group)
+    base = replace(grid.grid_points()[0], batch=UNSEEN_BATCH, group=group)
     seeds = [args.unseen]
     found = grid.run_grid([base], seeds, args.scale, args.durations, args.jobs,
                           lambda: print(".", end="", file=sys.stderr, flush=True),
                           (grid.TANGRAM, MALLEABLE, *FIXED, STATIC), knobs(args),
-                          UNSEEN_BATCH * args.scale)
+                          UNSEEN_BATCH)
     runs = [found[(grid.scaled(base, args.scale), s)] for s in seeds]
     rows = [grid_targets.target_row(base, runs, system) for system in (MALLEABLE, grid.TANGRAM)]
     point = grid.scaled(base, args.scale)

@@ -73,7 +73,7 @@ BASELINE_POLICY = "ersa"
 """The policy of the pooled baselines (fixed DoP, plain Celery): strict FCFS through the
 paper's allocator, as those systems run, whatever tangram's default policy is."""
 MALLEABLE = "malleable"
-MALLEABLE_WEIGHTING: Weighting = "absolute"
+MALLEABLE_WEIGHTING: Weighting = "equi"
 """The weighting of ``tangram:malleable`` (chosen by ``tangram bench robustness
 --weightings``)."""
 API_FCFS = "api-fcfs"

@@ -98,3 +98,12 @@ def test_the_malleable_targets_mark_each_miss() -> None:
     table = grid_targets.render([row])
     assert "1.053x (1.053-1.053) |" in table and "0.947x (0.947-0.947) (miss)" in table
     assert "(step time, exec ACT)" in grid_targets.summary([row])
+
+
+def test_the_unseen_seed_section_names_both_systems_and_the_knobs(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--unseen", "7", "--scale", "16", "--grow-cost", "0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "An unseen seed (7): batch 32 on 32 cores (2 nodes of 16)" in out
+    assert "| --grow-cost | 0.5 |" in out
+    assert "tangram:malleable: " in out and "tangram: " in out

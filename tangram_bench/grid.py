@@ -4,10 +4,12 @@ Every combination of the AI-coding workload's reward (test run) median duration 
 turns {U(8,24), U(10,40)}, parallel fraction {U(0.5,0.99), U(0.3,0.9)} and batch {256, 1280,
 2048}, at 1280 cores (256 a node), three seeds each, pure CPU scheduling. Per point, the mean
 over seeds (and the range) of: external time per trajectory of tangram, the paper's allocator
-and the best fixed DoP (4, 8, 16, 32; the one with the least mean over the seeds), tangram /
+and the best fixed DoP (1, 2, 4, 8, 16, 32; the one with the least mean over the seeds), tangram /
 best fixed DoP (>= 1: tangram ahead), RL step time against static pods, and exec actions'
-ACT against static (>= 1: never slower). Each (point, seed) is one task; ``--jobs`` runs them in
-that many processes (each simulates every system of its point, one after another).
+ACT against static (>= 1: never slower); the same for ``tangram:malleable`` against the
+issue's targets in :mod:`tangram_bench.grid_targets`. Each (point, seed) is one task;
+``--jobs`` runs them in that many processes (each simulates every system of its point, one
+after another).
 """
 
 from __future__ import annotations
@@ -21,13 +23,16 @@ from dataclasses import dataclass, replace
 from tangram_bench.sim.cluster import Cluster
 from tangram_bench.sim.costs import SCHEDULING_ONLY
 from tangram_bench.sim.durations import parse_durations
+from tangram_bench.sim.malleable import MalleableKnobs
 from tangram_bench.sim.systems import simulate
 from tangram_bench.summary import summarize
 from tangram_bench.workloads import CodingParams, coding
 
 TANGRAM, PAPER, STATIC = "tangram", "tangram:ersa", "static"
-FIXED = ("fixed-dop-4", "fixed-dop-8", "fixed-dop-16", "fixed-dop-32")
-SYSTEMS = (TANGRAM, PAPER, *FIXED, STATIC)
+MALLEABLE = "tangram:malleable"
+FIXED = ("fixed-dop-1", "fixed-dop-2", "fixed-dop-4", "fixed-dop-8", "fixed-dop-16",
+         "fixed-dop-32")
+SYSTEMS = (TANGRAM, PAPER, MALLEABLE, *FIXED, STATIC)
 BOUND = "no-queue bound"
 """The key of the point's no-queue bound (`Workload.unqueued_external_s`) among its runs."""
 REWARD_S = (20.0, 60.0)
@@ -72,6 +77,8 @@ class Measured:
     step: float
     exec: float
     dop: tuple[int, int, int]
+    core_s: float = 0.0
+    """Core-seconds reserved (held) by all actions."""
 
 
 def grid_points() -> list[GridPoint]:
@@ -86,28 +93,31 @@ def scaled(point: GridPoint, scale: int) -> GridPoint:
     return replace(point, batch=max(point.batch // scale, 1))
 
 
-Task = tuple[GridPoint, int, int, str, tuple[str, ...]]
-"""(point, seed, scale, durations mode, systems)."""
+Task = tuple[GridPoint, int, int, str, tuple[str, ...], MalleableKnobs, int]
+"""(point, seed, scale, durations mode, systems, resize knobs, cores before scaling)."""
 
 
 def run_task(task: Task) -> dict[str, Measured]:
     """Every system at one point and seed."""
-    point, seed, scale, mode, systems = task
+    point, seed, scale, mode, systems, knobs, cores = task
     node = NODE_CORES // scale
     workload = coding(point.batch, seed, replace(point.params(),
                                                  max_units=min(MAX_UNITS, node)))
-    cluster = Cluster(cpu_nodes=CORES // NODE_CORES, cores_per_node=node)
+    cluster = Cluster(cpu_nodes=cores // NODE_CORES, cores_per_node=node)
     durations = parse_durations(mode)
     measured = {}
     for name in systems:
         result = simulate(workload, name, cluster, SCHEDULING_ONLY, seed=seed,
-                          durations=durations)
+                          durations=durations, knobs=knobs)
         summary = summarize(result, "sched")
         execs = summary.kind("exec")
         dops = sorted(r.units for r in result.records if r.kind == "test_run")
         measured[name] = Measured(summary.external, summary.step,
-                                  execs.mean if execs else 0.0, _quantiles(dops))
-    measured[BOUND] = Measured(workload.unqueued_external_s() or 0.0, 0.0, 0.0, (0, 0, 0))
+                                  execs.mean if execs else 0.0, _quantiles(dops),
+                                  summary.reserved)
+    step = max((t.start_s + sum(a.think_s + a.duration(max(a.units)) for a in t.actions)
+                for t in workload.trajectories), default=0.0)
+    measured[BOUND] = Measured(workload.unqueued_external_s() or 0.0, step, 0.0, (0, 0, 0))
     return measured
 
 
@@ -119,10 +129,13 @@ def _quantiles(values: Sequence[int]) -> tuple[int, int, int]:
 
 
 def run_grid(points: Sequence[GridPoint], seeds: Sequence[int], scale: int, mode: str,
-             jobs: int, tick: Callable[[], None]) -> dict[tuple[GridPoint, int],
-                                                          dict[str, Measured]]:
-    """Every (point, seed), in ``jobs`` processes (1: in this one)."""
-    tasks: list[Task] = [(scaled(p, scale), s, scale, mode, SYSTEMS)
+             jobs: int, tick: Callable[[], None], systems: Sequence[str] = SYSTEMS,
+             knobs: MalleableKnobs | None = None, cores: int = CORES
+             ) -> dict[tuple[GridPoint, int], dict[str, Measured]]:
+    """Every (point, seed), in ``jobs`` processes (1: in this one); ``cores`` before
+    scaling."""
+    tasks: list[Task] = [(scaled(p, scale), s, scale, mode, tuple(systems),
+                          knobs or MalleableKnobs(), cores)
                          for p in points for s in seeds]
     found: dict[tuple[GridPoint, int], dict[str, Measured]] = {}
     if jobs <= 1:

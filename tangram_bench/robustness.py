@@ -4,6 +4,8 @@
     tangram bench robustness --scale 4            # a quarter of every size (quick)
     tangram bench robustness --ablations          # also the robust policy minus each idea
     tangram bench robustness --grid [--jobs 2]    # the robustness grid, 3 seeds (bench.grid)
+    tangram bench robustness --weightings         # malleable runs' weightings on grid points
+    tangram bench robustness --unseen 7           # one unseen seed at batch 512 on 512 cores
     tangram bench robustness --durations oracle   # what the policies see (default: learned)
 
 The AI-coding workload in simulation, pure CPU scheduling (no control-plane costs), at every
@@ -27,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from tangram_bench import grid
+from tangram_bench import grid, grid_malleable
 from tangram_bench.plan import SWEEPS, Point, workload_at
 from tangram_bench.report import publish
 from tangram_bench.sim.costs import SCHEDULING_ONLY
@@ -175,6 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--durations", default=DEFAULT_DURATIONS,
                         help="what the policies are told: learned (default), oracle or "
                              "noisy:SIGMA")
+    grid_malleable.add_arguments(parser)
     parser.add_argument("--group", type=int, default=None,
                         help="GRPO group size G: rollouts per prompt sharing one test suite "
                              "(default 8, TRL's num_generations; 1: every rollout its own)")
@@ -186,8 +189,10 @@ def grid_main(args: argparse.Namespace, argv: Sequence[str] | None = None) -> in
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     group = CodingParams().group if args.group is None else args.group
     points = [replace(p, group=group) for p in grid.grid_points()]
+    points = grid_malleable.chosen_points(points, args.points)
     found = grid.run_grid(points, seeds, args.scale, args.durations, args.jobs,
-                          lambda: print(".", end="", file=sys.stderr, flush=True))
+                          lambda: print(".", end="", file=sys.stderr, flush=True),
+                          knobs=grid_malleable.knobs(args))
     print(file=sys.stderr)
     rows = [grid.grid_row(p, [found[(grid.scaled(p, args.scale), s)] for s in seeds])
             for p in points]
@@ -198,13 +203,16 @@ def grid_main(args: argparse.Namespace, argv: Sequence[str] | None = None) -> in
     misses = [r.point.label for r in rows if r.vs_fixed.mean < 1.0 or r.exec_vs_static.mean < 1.0]
     summary = (f"{len(rows) - len(misses)} of {len(rows)} points meet tangram >= best fixed "
                f"DoP and exec ACT <= static; short: {'; '.join(misses) or 'none'}.")
+    malleable = grid_malleable.part(points, seeds, args, found)
     print(setup + "\n")
     print(grid.render_grid(rows))
     print("\n" + summary)
+    print(malleable)
     if args.out is not None:
         command = "tangram bench robustness " + " ".join(sys.argv[1:] if argv is None else argv)
         publish(args.out, grid.SECTION,
-                grid.section_text(command, setup, rows, summary, args.scale).removesuffix("\n"))
+                grid.section_text(command, setup, rows, summary, args.scale).removesuffix("\n")
+                + "\n\n" + malleable)
     if args.json is not None:
         args.json.write_text(json.dumps([asdict(row) for row in rows], indent=1))
     return 0
@@ -220,6 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"tangram bench robustness: error: {exc}", file=sys.stderr)
         return 2
+    if args.weightings or args.unseen is not None:
+        return grid_malleable.main(args, argv)
     if args.grid:
         return grid_main(args, argv)
     systems = [*SYSTEMS, *(f"tangram:{name}" for name in ABLATIONS if args.ablations)]

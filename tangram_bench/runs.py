@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from tangram_bench import mopd_real
 from tangram_bench.elastic import run_real
+from tangram_bench.malleable_flags import knobs
 from tangram_bench.mopd_real import config as mopd_config
 from tangram_bench.plan import Point
 from tangram_bench.resolve import Plan, gpu_config, physics
@@ -77,10 +78,12 @@ def runner(args: argparse.Namespace) -> Runner:
             node = Cluster(cpu_nodes=1, cores_per_node=point.cores, numa_per_node=1)
             return simulate(workload, system, node, PRESETS["cp"], seed=seed,
                             point=point.as_dict(), progress=tick, default_policy=args.policy,
-                            durations=durations)
+                            durations=durations,
+                            knobs=knobs(args) if hasattr(args, "grow_cost") else None)
         return simulate(workload, system, point.cluster(physics(args)), PRESETS[preset],
                         seed=seed, point=point.as_dict(), progress=tick,
-                        default_policy=args.policy, durations=durations)
+                        default_policy=args.policy, durations=durations,
+                        knobs=knobs(args) if hasattr(args, "grow_cost") else None)
 
     return run
 

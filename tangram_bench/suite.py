@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tangram_bench import runs
+from tangram_bench.malleable_flags import add_knob_arguments
 from tangram_bench.outputs import write
 from tangram_bench.plan import SWEEPS
 from tangram_bench.resolve import REAL_GPU_SYSTEMS, REAL_SYSTEMS, resolve
@@ -83,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="sim coding: GRPO group size G, rollouts per prompt sharing one "
                              "test suite (default 8, TRL's num_generations)")
     parser.add_argument("--trace", type=Path, default=None, help="JSON Lines trace to replay")
+    add_knob_arguments(parser)
     parser.add_argument("--load-init-s", type=float, default=None,
                         help="GPU service restore: fixed seconds (default 2.0)")
     parser.add_argument("--restore-gbps", type=float, default=None,

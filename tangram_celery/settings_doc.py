@@ -113,8 +113,10 @@ DESCRIPTIONS: dict[str, str] = {
                         "resizes them, besides at each action's arrival and end.",
     "malleable_start_s": "A malleable run's worker start and collection cost (seconds) that the "
                          "resize decision counts against the gain of a new worker.",
-    "malleable_weighting": "Which malleable run gets a free core first: `absolute` (the most "
-                           "seconds saved) or `shortest` (the least remaining time).",
+    "malleable_weighting": "Which malleable run gets a free core first: `equi` (the fewest "
+                           "workers; chosen by `tangram bench robustness --weightings`), "
+                           "`absolute` (the most seconds saved), `shortest` (the least "
+                           "remaining time) or `relative` (the largest share saved).",
     "triton_url": "Triton Inference Server address of the GPU pools.",
     "triton_protocol": "Triton client protocol: `http` or `grpc`.",
     "triton_repository": "Model repository the GPU pools load reward models from.",

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from tangram_celery.errors import ConfigError
+from tangram_celery.scheduling.malleable import WEIGHTINGS as POLICY_WEIGHTINGS
 from tangram_celery.settings import SECTIONS, VARIABLES, SandboxSettings, Settings, variable
+from tangram_celery.settings.runtime import WEIGHTINGS
 
 
 def test_defaults_without_environment() -> None:
@@ -117,3 +119,7 @@ def test_a_section_is_all_a_component_needs() -> None:
     assert sandbox.backend == "docker"
     with pytest.raises(dataclasses.FrozenInstanceError):
         sandbox.backend = "bwrap"  # type: ignore[misc]
+
+
+def test_the_weighting_setting_offers_the_policys_weightings() -> None:
+    assert set(WEIGHTINGS) == set(POLICY_WEIGHTINGS)

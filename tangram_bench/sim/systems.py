@@ -10,6 +10,10 @@
   tangram's basic manager serves API calls oldest trajectory first (``TANGRAM_API_BYPASS_S``,
   :func:`tangram_celery.scheduling.ordering.trajectory_order_key`); ``tangram:ersa`` and the
   ablation ``tangram:api-fcfs`` serve them FCFS by arrival, the paper's order.
+* ``tangram:malleable[:<weighting>]``: tangram with malleable test runs on CPU nodes
+  (:mod:`.malleable`): cores join and leave a running test run at every event, as the pure
+  :func:`tangram_celery.scheduling.malleable.decide_resize` decides with its weighting
+  (default :data:`MALLEABLE_WEIGHTING`); GPU pool and API calls as ``tangram``.
 * ``fixed-dop-<k>``: pooled, every elastic action at a fixed DoP k (the paper's ablation), API
   calls FCFS as in the paper.
 * ``celery``: plain Celery: FIFO, one queue per node with concurrency = cores, every action at
@@ -32,7 +36,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tangram_bench.sim.cluster import Cluster
 from tangram_bench.sim.costs import Costs
@@ -44,6 +48,7 @@ from tangram_bench.sim.gpupool import (
     GpuPooled,
     gpu_policy_factory,
 )
+from tangram_bench.sim.malleable import MalleableKnobs, MalleableNodes
 from tangram_bench.sim.nodes import CpuNodes
 from tangram_bench.sim.pods import Pods, PodSpec
 from tangram_bench.sim.policy import (
@@ -58,6 +63,7 @@ from tangram_bench.sim.quota import ApiDirect, ApiQuota
 from tangram_bench.sim.record import RunResult
 from tangram_bench.sim.services import StaticServices
 from tangram_bench.workloads.model import Workload
+from tangram_celery.scheduling.malleable import WEIGHTINGS, Weighting
 from tangram_celery.scheduling.ordering import DEFAULT_BYPASS_S
 
 DEFAULT_SYSTEMS = ("tangram", "static", "fixed-dop-4", "fixed-dop-16", "celery")
@@ -66,6 +72,10 @@ GPU_POLICY = "replicas"
 BASELINE_POLICY = "ersa"
 """The policy of the pooled baselines (fixed DoP, plain Celery): strict FCFS through the
 paper's allocator, as those systems run, whatever tangram's default policy is."""
+MALLEABLE = "malleable"
+MALLEABLE_WEIGHTING: Weighting = "equi"
+"""The weighting of ``tangram:malleable`` (chosen by ``tangram bench robustness
+--weightings``)."""
 API_FCFS = "api-fcfs"
 """The ablation ``tangram:api-fcfs``: tangram with API calls FCFS by arrival."""
 
@@ -84,12 +94,20 @@ class System:
     api_bypass_s: float = 0.0
     tp: int | None = None
     cache_aware: bool = False
+    malleable: Weighting | None = None
 
 
 def system(name: str, default_policy: str = DEFAULT_POLICY) -> System:
     """The system called ``name`` (see the module docstring for the names)."""
     if name == "tangram" or name.startswith("tangram:"):
         policy = name.partition(":")[2] or default_policy
+        kind, _, weighting = policy.partition(":")
+        if kind == MALLEABLE:
+            chosen = weighting or MALLEABLE_WEIGHTING
+            if chosen not in WEIGHTINGS:
+                raise ValueError(f"unknown weighting {chosen!r}; one of {list(WEIGHTINGS)}")
+            return System(name, True, Elastic(), DEFAULT_POLICY, GPU_POLICY,
+                          api_bypass_s=DEFAULT_BYPASS_S, malleable=_weighting(chosen))
         if policy == API_FCFS:
             return System(name, True, Elastic(), default_policy)
         if policy in GPU_POLICIES:
@@ -119,18 +137,28 @@ def system(name: str, default_policy: str = DEFAULT_POLICY) -> System:
                      "celery[:cache], fcfs-min, static, static-n4 or static-tp<k>")
 
 
+def _weighting(name: str) -> Weighting:
+    return next(w for w in WEIGHTINGS if w == name)
+
+
 def backends(workload: Workload, chosen: System, cluster: Cluster, costs: Costs,
-             seed: int, durations: DurationMode | None = None) -> dict[str, Backend]:
+             seed: int, durations: DurationMode | None = None,
+             knobs: MalleableKnobs | None = None) -> dict[str, Backend]:
     """One backend per pool type the workload uses; the policies of CPU nodes and of the GPU
-    pool see ``durations`` (default: learned online, see :mod:`.durations`)."""
+    pool see ``durations`` (default: learned online, see :mod:`.durations`); malleable test
+    runs resize at the costs of ``knobs`` (default: the measured ones)."""
     seen = Durations(durations or DurationMode(), seed)
     pools = {a.pool for t in workload.trajectories for a in t.actions}
     built: dict[str, Backend] = {}
     if chosen.pooled:
         factory = policy_factory(chosen.policy)
         gpu = gpu_policy_factory(chosen.gpu_policy)
+        weighting = chosen.malleable
+        resize = replace(knobs or MalleableKnobs(), weighting=weighting or MALLEABLE_WEIGHTING)
         makers: dict[str, Callable[[], Backend]] = {
-            "cpu": lambda: CpuNodes(workload, cluster, chosen.shape, factory, costs, seen),
+            "cpu": lambda: (MalleableNodes(workload, cluster, costs, resize, seen)
+                            if weighting is not None else
+                            CpuNodes(workload, cluster, chosen.shape, factory, costs, seen)),
             "gpu": lambda: GpuPooled(workload, cluster, chosen.shape, gpu, costs,
                                      chosen.cache_aware, seen),
             "api": lambda: (ApiQuota(workload, cluster, costs, chosen.api_bypass_s)
@@ -151,15 +179,15 @@ def backends(workload: Workload, chosen: System, cluster: Cluster, costs: Costs,
 
 def simulate(workload: Workload, name: str, cluster: Cluster, costs: Costs, *, seed: int = 0,
              point: dict[str, object] | None = None, progress: Progress | None = None,
-             default_policy: str = DEFAULT_POLICY, durations: DurationMode | None = None
-             ) -> RunResult:
+             default_policy: str = DEFAULT_POLICY, durations: DurationMode | None = None,
+             knobs: MalleableKnobs | None = None) -> RunResult:
     """Run system ``name`` on ``workload``; the result holds every action's record. The
     policies of CPU nodes and of the GPU pool see ``durations`` (default: learned online,
-    :mod:`.durations`)."""
+    :mod:`.durations`); ``knobs``: the resize costs of ``tangram:malleable``."""
     chosen = system(name, default_policy)
     result = RunResult(name, workload.name, dict(point or {}))
     began = time.perf_counter()
-    built = backends(workload, chosen, cluster, costs, seed, durations)
+    built = backends(workload, chosen, cluster, costs, seed, durations, knobs)
     Engine(workload, built, progress).run(result)
     result.wall_s = time.perf_counter() - began
     return result

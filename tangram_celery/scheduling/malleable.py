@@ -1,32 +1,46 @@
 """Resize decisions for malleable test runs: which running runs grow or shrink, which waiting
-actions start. Pure: plain data in, a `ResizeDecision` out; not wired into a node yet.
+actions start. Pure: plain data in, a `ResizeDecision` out.
 
 A malleable run's workers pull test ids from one queue, so cores can join it and leave it while
 it runs (`tangram_celery.sandbox.malleable`). At each event (an action arrives or ends, a run
 reports progress) `decide_resize` takes the free cores, the running malleable runs and the
 waiting actions, and decides:
 
-* **Waiting actions first, in arrival order.** Each starts on free cores; when too few are
+* **Waiting actions first, in arrival order** (with `ResizeConfig.others_first`, those that are
+  not malleable runs before those that are). Each starts on free cores; when too few are
   free it takes cores back from malleable runs at once (a run keeps at least one worker),
   each time from the run that loses least by it. An action that cannot start even so waits,
   and so does every action behind it (no backfilling, as the pool's own queue).
 * **Then every free core goes to a run that gains from it**, one core at a time to the run
-  with the largest gain, until no run gains. A run given cores back in this decision does not
-  grow in it.
+  the weighting ranks first, until no run gains or only the node's `ResizeInputs.reserve` is
+  left. A run given cores back in this decision does not grow in it.
+* **Then, with `ResizeConfig.move_gain`, cores move between runs** while the run the
+  weighting grows first saves more seconds than the run it shrinks first loses.
 
 Remaining work, in core-seconds: the run's learned single-core duration times the share of its
 tests not yet done (`expected_core_s`); without a learned duration, the core-seconds spent so
-far times the tests left over the tests done; unknown before the first test ends. With
-remaining work ``W`` on ``k`` workers (linear speed-up among workers), a new worker starts after
-``s`` seconds (`ResizeConfig.worker_start_s`: the measured start and collection cost) while
-the ``k`` go on, so the run ends at ``s + (W - k s) / (k + 1)`` instead of ``W / k``; the gain is
-the difference (nothing when it is not positive, or when no test is left for the new worker).
-Taking one of ``k`` workers costs ``W / (k - 1) - W / k``. The `weighting` chooses among the
-runs that gain: ``absolute`` grows the run that saves most seconds and shrinks the one that
-loses fewest (in effect long runs first); ``shortest`` grows the run with the least remaining
-time ``W / k`` and shrinks the one with the most (short runs first, in the spirit of heSRPT and
-SRPT: a run that ends early hands all its cores on). A run whose remaining work is unknown grows
-only onto cores no run with a known gain wants, and gives cores back first.
+far times the tests left over the tests done; unknown before the first test ends. ``k`` workers
+go through it at rate ``r(k) = 1 / ((1 - p) + p / k)`` (Amdahl's law over the run's learned
+parallel fraction ``p``, `MalleableRun.parallel`; 1: linear), so remaining work ``W`` takes
+``W / r(k)``. A new worker starts after ``s`` seconds (`ResizeConfig.worker_start_s`: the
+measured start and collection cost) while the ``k`` go on, so the run ends at
+``s + (W - r(k) s) / r(k + 1)`` instead of ``W / r(k)``; the gain is the difference (nothing
+when it is not positive, when no test is left for the new worker, or when the run is at its
+most workers). Taking one of ``k`` workers costs ``W / r(k - 1) - W / r(k)``. The `weighting`
+chooses among the runs that gain:
+
+* ``absolute`` grows the run that saves most seconds and shrinks the one that loses fewest
+  (in effect long runs first);
+* ``shortest`` grows the run with the least remaining time ``W / r(k)`` and shrinks the one
+  with the most (short runs first, in the spirit of heSRPT and SRPT: a run that ends early
+  hands all its cores on);
+* ``relative`` grows the run that saves the largest share of its remaining time and shrinks
+  the one that loses the least share;
+* ``equi`` grows the run with the fewest workers and shrinks the one with the most (EQUI:
+  an even split), ties by ``absolute``.
+
+A run whose remaining work is unknown grows only onto cores no run with a known gain wants,
+and gives cores back first.
 """
 
 from __future__ import annotations
@@ -36,15 +50,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-Weighting = Literal["absolute", "shortest"]
-WEIGHTINGS: tuple[Weighting, ...] = ("absolute", "shortest")
+Weighting = Literal["absolute", "shortest", "relative", "equi"]
+WEIGHTINGS: tuple[Weighting, ...] = ("absolute", "shortest", "relative", "equi")
 
 
 @dataclass(frozen=True)
 class MalleableRun:
     """A running malleable test run: its workers that take tests (retiring ones not counted),
     its tests (0 while its first worker collects), the tests done, the core-seconds its workers
-    spent so far, and its signature's learned single-core duration (None when not learned)."""
+    spent so far, and its signature's learned single-core duration (None when not learned);
+    its learned parallel fraction (1: linear speed-up among workers) and its most workers
+    (None: no bound but its tests)."""
 
     run_id: str
     workers: int
@@ -52,10 +68,22 @@ class MalleableRun:
     done: int
     core_s_spent: float = 0.0
     expected_core_s: float | None = None
+    parallel: float = 1.0
+    max_workers: int | None = None
+    starting: bool = False
+    """Started in this decision: a worker added now starts with its first, at no extra cost."""
 
     def __post_init__(self) -> None:
         if self.workers < 1 or self.done < 0 or self.tests < 0 or self.done > self.tests:
             raise ValueError(f"{self.run_id}: needs workers >= 1 and 0 <= done <= tests")
+        if not 0.0 <= self.parallel <= 1.0 or (self.max_workers is not None
+                                                and self.max_workers < 1):
+            raise ValueError(f"{self.run_id}: needs a parallel fraction in [0, 1] and "
+                             "max_workers >= 1")
+
+    def rate(self, workers: int) -> float:
+        """Single-core seconds of work ``workers`` workers do per second (Amdahl's law)."""
+        return 1.0 / ((1.0 - self.parallel) + self.parallel / workers)
 
     @property
     def remaining_core_s(self) -> float | None:
@@ -81,6 +109,9 @@ class Waiting:
 
     action_id: str
     cores: int = 1
+    malleable: bool = False
+    """A malleable test run (it may start after the other waiting actions, see
+    `ResizeConfig.others_first`)."""
 
     def __post_init__(self) -> None:
         if self.cores < 1:
@@ -95,11 +126,18 @@ class ResizeConfig:
     worker_start_s: float
     weighting: Weighting = "absolute"
     min_gain: float = 0.0
+    others_first: bool = False
+    """Start the waiting actions that are not malleable runs before those that are (each
+    group in arrival order): an exec action never waits behind a test run."""
+    move_gain: float | None = None
+    """Move a core from one running run to another when the taker saves more seconds than
+    the giver loses by more than this (None: cores move only to waiting actions)."""
 
     def __post_init__(self) -> None:
-        if self.worker_start_s < 0 or self.weighting not in WEIGHTINGS or self.min_gain < 0:
-            raise ValueError(f"worker_start_s and min_gain must be >= 0 and the weighting one "
-                             f"of {list(WEIGHTINGS)}")
+        if (self.worker_start_s < 0 or self.weighting not in WEIGHTINGS or self.min_gain < 0
+                or (self.move_gain is not None and self.move_gain < 0)):
+            raise ValueError("worker_start_s, min_gain and move_gain must be >= 0 and the "
+                             f"weighting one of {list(WEIGHTINGS)}")
 
 
 @dataclass(frozen=True)
@@ -110,6 +148,9 @@ class ResizeInputs:
     free_cores: int
     runs: tuple[MalleableRun, ...] = ()
     waiting: tuple[Waiting, ...] = ()
+    reserve: int = 0
+    """Free cores no run grows onto, kept for the actions the node expects to arrive before
+    a new worker would start (waiting actions may take them)."""
 
 
 @dataclass(frozen=True)
@@ -129,21 +170,37 @@ def grow_gain(run: MalleableRun, workers: int, config: ResizeConfig) -> float | 
     work = run.remaining_core_s
     if work is None:
         return None
-    now = work / workers
-    after = config.worker_start_s + max(0.0, work - workers * config.worker_start_s) / (
-        workers + 1)
+    if run.max_workers is not None and workers >= run.max_workers:
+        return 0.0
+    now = work / run.rate(workers)
+    start = 0.0 if run.starting else config.worker_start_s
+    after = start + max(0.0, work - run.rate(workers) * start) / run.rate(workers + 1)
     return max(0.0, now - after)
+
+
+def remaining_s(run: MalleableRun, workers: int) -> float | None:
+    """The seconds ``workers`` workers take to finish the run (None when unknown)."""
+    work = run.remaining_core_s
+    return None if work is None else work / run.rate(workers)
 
 
 def shrink_rank(run: MalleableRun, workers: int, config: ResizeConfig) -> float:
     """Which run gives a core back first (the least rank): under ``absolute`` the seconds it
-    loses, under ``shortest`` minus its remaining time; a run of unknown work goes first."""
+    loses, under ``shortest`` minus its remaining time, under ``relative`` the share of its
+    remaining time it loses, under ``equi`` minus its workers; a run of unknown work goes
+    first."""
     work = run.remaining_core_s
     if work is None:
         return -math.inf
+    if config.weighting == "equi":
+        return -float(workers)
+    now = work / run.rate(workers)
     if config.weighting == "shortest":
-        return -work / workers
-    return work / (workers - 1) - work / workers
+        return -now
+    loss = work / run.rate(workers - 1) - now
+    if config.weighting == "relative":
+        return loss / now if now > 0 else 0.0
+    return loss
 
 
 def decide_resize(inputs: ResizeInputs, config: ResizeConfig) -> ResizeDecision:
@@ -154,7 +211,9 @@ def decide_resize(inputs: ResizeInputs, config: ResizeConfig) -> ResizeDecision:
     free = inputs.free_cores
     started: list[str] = []
     shrunk: dict[str, int] = {}
-    for action in inputs.waiting:
+    waiting = (sorted(inputs.waiting, key=lambda action: action.malleable)
+               if config.others_first else inputs.waiting)
+    for action in waiting:
         reclaimable = sum(n - 1 for n in workers.values())
         if free + reclaimable < action.cores:
             break
@@ -167,31 +226,71 @@ def decide_resize(inputs: ResizeInputs, config: ResizeConfig) -> ResizeDecision:
         free -= action.cores
         started.append(action.action_id)
     grown: dict[str, int] = {}
-    while free > 0:
+    while free > inputs.reserve:
         best = _best_to_grow(runs, workers, shrunk, grown, config)
         if best is None:
             break
         workers[best] += 1
         grown[best] = grown.get(best, 0) + 1
         free -= 1
+    if config.move_gain is not None:
+        _move(runs, workers, shrunk, grown, config, config.move_gain)
     return ResizeDecision(start=tuple(started), grow=grown, shrink=shrunk, idle=free)
+
+
+def _move(runs: Mapping[str, MalleableRun], workers: dict[str, int], shrunk: dict[str, int],
+          grown: dict[str, int], config: ResizeConfig, least: float) -> None:
+    """Move cores from run to run while the run the weighting grows first saves more seconds
+    (start cost counted) than the run it shrinks first loses, by more than ``least``."""
+    for _ in range(sum(workers.values())):
+        taker = _best_to_grow(runs, workers, shrunk, grown, config, known_only=True)
+        if taker is None:
+            return
+        givers = [r for r in runs if workers[r] > 1 and r != taker and r not in grown
+                  and runs[r].remaining_core_s is not None]
+        if not givers:
+            return
+        giver = min(givers, key=lambda r: (shrink_rank(runs[r], workers[r], config),
+                                           -workers[r], r))
+        work = runs[giver].remaining_core_s or 0.0
+        loss = work / runs[giver].rate(workers[giver] - 1) - work / runs[giver].rate(
+            workers[giver])
+        if (grow_gain(runs[taker], workers[taker], config) or 0.0) - loss <= least:
+            return
+        workers[giver] -= 1
+        shrunk[giver] = shrunk.get(giver, 0) + 1
+        workers[taker] += 1
+        grown[taker] = grown.get(taker, 0) + 1
 
 
 def _best_to_grow(runs: Mapping[str, MalleableRun], workers: Mapping[str, int],
                   shrunk: Mapping[str, int], grown: Mapping[str, int],
-                  config: ResizeConfig) -> str | None:
-    known: list[tuple[float, str]] = []
+                  config: ResizeConfig, known_only: bool = False) -> str | None:
+    known: list[tuple[tuple[float, float], str]] = []
     unknown: list[tuple[int, str]] = []
     for run_id, run in runs.items():
         if run_id in shrunk or run.spare_tests - grown.get(run_id, 0) <= 0:
+            continue
+        if run.max_workers is not None and workers[run_id] >= run.max_workers:
             continue
         gain = grow_gain(run, workers[run_id], config)
         if gain is None:
             unknown.append((workers[run_id], run_id))
         elif gain > config.min_gain:
-            work = run.remaining_core_s or 0.0
-            rank = work / workers[run_id] if config.weighting == "shortest" else -gain
-            known.append((rank, run_id))
+            known.append((_grow_rank(run, workers[run_id], gain, config), run_id))
     if known:
         return min(known)[1]
-    return min(unknown)[1] if unknown else None
+    return min(unknown)[1] if unknown and not known_only else None
+
+
+def _grow_rank(run: MalleableRun, workers: int, gain: float,
+               config: ResizeConfig) -> tuple[float, float]:
+    """The least rank grows first (see the weightings in the module docstring)."""
+    now = remaining_s(run, workers) or 0.0
+    if config.weighting == "shortest":
+        return (now, -gain)
+    if config.weighting == "relative":
+        return (-gain / now if now > 0 else 0.0, -gain)
+    if config.weighting == "equi":
+        return (float(workers), -gain)
+    return (-gain, 0.0)

@@ -12,7 +12,7 @@ from tangram_celery.settings.field import PREFIX, positive, setting
 
 SCHEDULERS = ("robust", "elastic", "fcfs-min")
 FENCE_MODES = ("finish", "kill")
-WEIGHTINGS = ("absolute", "shortest")
+WEIGHTINGS = ("equi", "absolute", "shortest", "relative")
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,7 @@ class NodeSettings:
     malleable_resize: bool = setting(False, "MALLEABLE_RESIZE")
     malleable_tick_s: float = setting(1.0, "MALLEABLE_TICK_S")
     malleable_start_s: float = setting(1.0, "MALLEABLE_START_S")
-    malleable_weighting: str = setting("absolute", "MALLEABLE_WEIGHTING")
+    malleable_weighting: str = setting("equi", "MALLEABLE_WEIGHTING")
 
     def check(self) -> None:
         """Raise :class:`ConfigError` if a value is unusable."""

@@ -8,6 +8,7 @@ from tangram_bench import grid
 from tangram_bench.grid import FIXED, PAPER, STATIC, TANGRAM, GridPoint, Measured
 from tangram_bench.plan import Point, workload_at
 from tangram_bench.robustness import main
+from tangram_bench.sim.malleable import MalleableKnobs
 
 
 def test_the_grid_has_every_combination() -> None:
@@ -22,7 +23,8 @@ def test_the_grid_has_every_combination() -> None:
 
 def test_a_small_task_runs_every_system() -> None:
     point = grid.scaled(GridPoint(20.0, (8, 24), (0.5, 0.99), 256), 16)
-    measured = grid.run_task((point, 1, 16, "learned", grid.SYSTEMS))
+    measured = grid.run_task((point, 1, 16, "learned", grid.SYSTEMS, MalleableKnobs(),
+                              grid.CORES))
     bound = measured.pop(grid.BOUND)
     assert set(measured) == set(grid.SYSTEMS)
     assert all(m.external > 0 and m.step > 0 for m in measured.values())
@@ -74,3 +76,34 @@ def test_the_group_size_is_a_knob_of_the_workload_and_of_the_cli(
     assert GridPoint(20.0, (8, 24), (0.5, 0.99), 256, group=2).params().group == 2
     assert main(["--grid", "--group", "0"]) == 2
     assert "--group must be a positive integer" in capsys.readouterr().err
+
+
+def test_the_malleable_targets_mark_each_miss() -> None:
+    from tangram_bench import grid_targets
+
+    def measured(malleable: Measured) -> dict[str, Measured]:
+        found = {name: Measured(100.0, 100.0, 1.0, (4, 4, 4), 50.0) for name in grid.SYSTEMS}
+        found[FIXED[2]] = Measured(40.0, 90.0, 1.2, (4, 4, 4), 30.0)
+        found[STATIC] = Measured(90.0, 200.0, 1.0, (1, 1, 1), 10.0)
+        found[grid.MALLEABLE] = malleable
+        found[grid.BOUND] = Measured(24.0, 80.0, 0.0, (0, 0, 0))
+        return found
+
+    point = GridPoint(20.0, (8, 24), (0.5, 0.99), 1280)
+    row = grid_targets.target_row(point, [measured(Measured(38.0, 95.0, 1.001, (1, 2, 8),
+                                                           60.0))])
+    assert row.best_fixed == FIXED[2] and row.vs_fixed.mean == pytest.approx(40 / 38)
+    assert row.misses == ["step time", "exec ACT"]
+    assert row.step_vs_bound.mean == pytest.approx(95 / 80) and row.core_s.mean == 60.0
+    table = grid_targets.render([row])
+    assert "1.053x (1.053-1.053) |" in table and "0.947x (0.947-0.947) (miss)" in table
+    assert "(step time, exec ACT)" in grid_targets.summary([row])
+
+
+def test_the_unseen_seed_section_names_both_systems_and_the_knobs(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--unseen", "7", "--scale", "16", "--grow-cost", "0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "An unseen seed (7): batch 32 on 32 cores (2 nodes of 16)" in out
+    assert "| --grow-cost | 0.5 |" in out
+    assert "tangram:malleable: " in out and "tangram: " in out

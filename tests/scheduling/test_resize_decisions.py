@@ -16,13 +16,17 @@ from tangram_celery.scheduling.malleable import (
 
 START_1S = ResizeConfig(worker_start_s=1.0)
 SHORTEST = ResizeConfig(worker_start_s=1.0, weighting="shortest")
+RELATIVE = ResizeConfig(worker_start_s=1.0, weighting="relative")
+EQUI = ResizeConfig(worker_start_s=1.0, weighting="equi")
+MOVES = ResizeConfig(worker_start_s=1.0, move_gain=0.0)
 
 
 def run(run_id: str, workers: int, work: float | None, tests: int = 100, done: int = 0,
-        spent: float = 0.0) -> MalleableRun:
+        spent: float = 0.0, parallel: float = 1.0, most: int | None = None,
+        starting: bool = False) -> MalleableRun:
     """A run whose learned single-core duration makes ``work`` core-seconds remain."""
     expected = None if work is None or not tests else work * tests / (tests - done)
-    return MalleableRun(run_id, workers, tests, done, spent, expected)
+    return MalleableRun(run_id, workers, tests, done, spent, expected, parallel, most, starting)
 
 
 CASES = [
@@ -67,6 +71,51 @@ CASES = [
     ("a run that gave a core back does not grow in the same decision",
      ResizeInputs(1, (run("a", 2, 100.0), run("b", 2, 100.0)), (Waiting("x", 2),)), START_1S,
      ResizeDecision(start=("x",), shrink={"a": 1})),
+    ("sublinear speed-up (Amdahl p = 0.5) stops growth sooner than linear",
+     ResizeInputs(8, (run("a", 1, 6.0, parallel=0.5),)),
+     ResizeConfig(worker_start_s=1.0, min_gain=0.3), ResizeDecision(grow={"a": 2}, idle=6)),
+    ("a run grows no further than its most workers",
+     ResizeInputs(3, (run("a", 1, 100.0, most=2),)), START_1S,
+     ResizeDecision(grow={"a": 1}, idle=2)),
+    ("a run started in this decision grows at no start cost",
+     ResizeInputs(8, (run("a", 1, 1.5, starting=True),)), ResizeConfig(worker_start_s=2.0),
+     ResizeDecision(grow={"a": 8})),
+    ("a reserve stays free for arrivals",
+     ResizeInputs(3, (run("a", 1, 100.0),), reserve=2), START_1S,
+     ResizeDecision(grow={"a": 1}, idle=2)),
+    ("waiting actions may take the reserve",
+     ResizeInputs(1, (run("a", 1, 100.0),), (Waiting("x"),), reserve=2), START_1S,
+     ResizeDecision(start=("x",))),
+    ("absolute: a wide long run saves more than a short one",
+     ResizeInputs(1, (run("long", 4, 100.0), run("short", 1, 4.0))), START_1S,
+     ResizeDecision(grow={"long": 1})),
+    ("relative: the short run saves the larger share of its time",
+     ResizeInputs(1, (run("long", 4, 100.0), run("short", 1, 4.0))), RELATIVE,
+     ResizeDecision(grow={"short": 1})),
+    ("relative: a core is taken from the run that loses the least share",
+     ResizeInputs(0, (run("a", 3, 90.0), run("b", 2, 10.0)), (Waiting("x"),)), RELATIVE,
+     ResizeDecision(start=("x",), shrink={"a": 1})),
+    ("equi: the run with the fewest workers grows",
+     ResizeInputs(1, (run("a", 3, 100.0), run("b", 1, 10.0))), EQUI,
+     ResizeDecision(grow={"b": 1})),
+    ("absolute grows the run that saves more instead",
+     ResizeInputs(1, (run("a", 3, 100.0), run("b", 1, 10.0))), START_1S,
+     ResizeDecision(grow={"a": 1})),
+    ("equi: a core is taken from the run with the most workers",
+     ResizeInputs(0, (run("a", 3, 10.0), run("b", 2, 90.0)), (Waiting("x"),)), EQUI,
+     ResizeDecision(start=("x",), shrink={"a": 1})),
+    ("a core moves when the taker saves more than the giver loses",
+     ResizeInputs(0, (run("wide", 4, 4.0), run("long", 1, 100.0))), MOVES,
+     ResizeDecision(grow={"long": 3}, shrink={"wide": 3})),
+    ("an exec action starts before a test run that arrived first, when asked",
+     ResizeInputs(1, (), (Waiting("t", malleable=True), Waiting("x"))),
+     ResizeConfig(worker_start_s=1.0, others_first=True), ResizeDecision(start=("x",))),
+    ("in arrival order otherwise",
+     ResizeInputs(1, (), (Waiting("t", malleable=True), Waiting("x"))), START_1S,
+     ResizeDecision(start=("t",))),
+    ("without moves the cores stay",
+     ResizeInputs(0, (run("wide", 4, 4.0), run("long", 1, 100.0))), START_1S,
+     ResizeDecision()),
 ]
 
 
@@ -93,6 +142,13 @@ def test_the_gain_counts_the_start_cost() -> None:
     assert grow_gain(run("u", 1, None), 1, START_1S) is None
 
 
+def test_the_gain_follows_amdahls_law() -> None:
+    half = run("a", 1, 100.0, parallel=0.5)
+    assert grow_gain(half, 1, ResizeConfig(worker_start_s=0.0)) == pytest.approx(25.0)
+    assert half.rate(2) == pytest.approx(4 / 3)
+    assert grow_gain(run("a", 2, 100.0, most=2), 2, START_1S) == 0.0
+
+
 def test_bad_inputs_are_refused() -> None:
     with pytest.raises(ValueError, match="workers"):
         MalleableRun("a", 0, 10, 0)
@@ -100,3 +156,7 @@ def test_bad_inputs_are_refused() -> None:
         Waiting("x", 0)
     with pytest.raises(ValueError, match="weighting"):
         ResizeConfig(worker_start_s=1.0, weighting="fair")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="parallel"):
+        MalleableRun("a", 1, 10, 0, parallel=1.5)
+    with pytest.raises(ValueError, match="move_gain"):
+        ResizeConfig(worker_start_s=1.0, move_gain=-1.0)

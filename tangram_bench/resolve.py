@@ -19,8 +19,8 @@ from tangram_bench.sim.systems import DEFAULT_SYSTEMS, system
 from tangram_bench.workloads import Workload, read_trace
 
 REAL_SYSTEMS = ("tangram", "tangram:ersa", "fixed-dop-4", "fcfs-min", "celery",
-                "tangram:malleable")
-REAL_ONLY_SYSTEMS = ("tangram:malleable",)
+                "tangram:malleable", "tangram:malleable-fixed")
+REAL_ONLY_SYSTEMS = ("tangram:malleable", "tangram:malleable-fixed")
 """Real-stack systems the simulator may not know (its ``sim`` run is then skipped)."""
 REAL_GPU_SYSTEMS = ("tangram", "tangram:ersa", "celery", "static")
 """The systems of ``mopd --mode real`` (:data:`tangram_bench.mopd_real.config.SYSTEMS`)."""

@@ -2,7 +2,8 @@
 
     python -m tangram_bench.elastic [--batch 8] [--cores 8] [--seed 1]
     (the same as: tangram bench coding --mode real
-     --systems tangram,tangram:ersa,fixed-dop-4,fcfs-min,celery,tangram:malleable)
+     --systems tangram,tangram:ersa,fixed-dop-4,fcfs-min,celery,tangram:malleable,
+     tangram:malleable-fixed)
 
 One CPU node worker (real Celery, Redis, bubblewrap sandboxes, audited core allocations) runs
 the same seeded AI-coding batch (the simulator's generator at a smaller scale, see
@@ -18,6 +19,8 @@ the same seeded AI-coding batch (the simulator's generator at a smaller scale, s
 * ``tangram:malleable``: the default scheduler on a node that resizes running test runs
   (``TANGRAM_MALLEABLE_RESIZE=1``); its test runs are malleable pytest runs of a generated suite
   (:func:`tangram_bench.emulation.emulated_malleable_run`), so cores can join and leave them;
+* ``tangram:malleable-fixed``: its control, the same malleable runs on a node that does not
+  resize them (each keeps the cores it was admitted with);
 * ``celery``: a stock Celery worker (prefork, one process per core) running each action's
   command in a plain subprocess, no tangram code in its path (:mod:`.stock`).
 

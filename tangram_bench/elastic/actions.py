@@ -43,6 +43,10 @@ WORKER_SCHEDULERS = {"robust": "robust", "ersa": "elastic"}
 MALLEABLE = "tangram:malleable"
 """The system whose node resizes running test runs (``TANGRAM_MALLEABLE_RESIZE=1``), its test
 runs real pytest runs through the malleable runner (:func:`emulated_malleable_run`)."""
+MALLEABLE_FIXED = "tangram:malleable-fixed"
+"""The control of :data:`MALLEABLE`: the same malleable pytest runs on a node that does not
+resize them (each keeps the cores it was admitted with), so the runner's own cost is told
+apart from what resizing gains."""
 
 
 def worker_env(system: str) -> dict[str, str]:
@@ -56,19 +60,19 @@ def worker_env(system: str) -> dict[str, str]:
 
 def scheduler_for(system: str) -> str:
     """The node scheduler (``TANGRAM_SCHEDULER``) a real-stack system runs with: ``tangram``
-    and ``tangram:malleable`` the default one, ``tangram:ersa`` the paper's allocator (as fixed
-    DoP does), ``fcfs-min`` FIFO at one core each. (``celery`` runs on a stock Celery worker,
-    not on a node.)"""
+    and ``tangram:malleable[-fixed]`` the default one, ``tangram:ersa`` the paper's allocator
+    (as fixed DoP does), ``fcfs-min`` FIFO at one core each. (``celery`` runs on a stock Celery
+    worker, not on a node.)"""
     if system == FIFO_ON_NODE:
         return "fcfs-min"
-    if system in ("tangram", MALLEABLE):
+    if system in ("tangram", MALLEABLE, MALLEABLE_FIXED):
         return Settings.from_env({}).node.scheduler
     if system.startswith("tangram:") and system.split(":", 1)[1] in WORKER_SCHEDULERS:
         return WORKER_SCHEDULERS[system.split(":", 1)[1]]
     if re.fullmatch(r"fixed-dop-\d+", system):
         return "elastic"
     raise ValueError(f"the real stack runs tangram, tangram:{{{','.join(WORKER_SCHEDULERS)}}}, "
-                     f"{MALLEABLE}, "
+                     f"{MALLEABLE}, {MALLEABLE_FIXED}, "
                      f"fixed-dop-<k> or {FIFO_ON_NODE} on a node, not {system!r}")
 
 
@@ -76,7 +80,7 @@ def action_for(spec: ActionSpec, trajectory_id: str, system: str, cores: int) ->
     """The emulated action of ``spec`` as ``system`` submits it."""
     if spec.kind != "test_run":
         action = emulated_exec(trajectory_id, spec.t1, declare=False)
-    elif system == MALLEABLE:
+    elif system in (MALLEABLE, MALLEABLE_FIXED):
         action = emulated_malleable_run(trajectory_id, round(spec.t1, 3),
                                         round(spec.parallel, 3), cores,
                                         signature=spec.signature or "emulated-tests")

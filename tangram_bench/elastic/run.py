@@ -11,7 +11,13 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from tangram_bench.elastic.actions import MALLEABLE, Step, steps_for, worker_env
+from tangram_bench.elastic.actions import (
+    MALLEABLE,
+    MALLEABLE_FIXED,
+    Step,
+    steps_for,
+    worker_env,
+)
 from tangram_bench.elastic.records import gather
 from tangram_bench.elastic.stock import run_stock
 from tangram_bench.sim.record import ActionRecord, RunResult
@@ -127,7 +133,8 @@ def run_real(workload: Workload, system: str, cores: int, point: dict[str, objec
         result.wall_s = time.perf_counter() - began
         nodes = DemoConfig(nodes=1, cores_per_node=cores).node_names
         result.decide_calls, result.decide_s = reported_decisions(live, nodes)
-        held = held_unit_seconds(live, nodes) if system == MALLEABLE else None
+        held = held_unit_seconds(live, nodes) if system in (MALLEABLE, MALLEABLE_FIXED) \
+            else None
     gather(result, workload, [
         [record_of(done, spec, trajectory.id, index, origin, held)
          for index, (spec, done) in enumerate(zip(trajectory.actions, results, strict=True))]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tangram_bench.elastic import real_workload, run_real, scheduler_for
-from tangram_bench.elastic.actions import MALLEABLE, action_for, worker_env
+from tangram_bench.elastic.actions import MALLEABLE, MALLEABLE_FIXED, action_for, worker_env
 from tangram_bench.emulation import MALLEABLE_TESTS_PER_CORE, malleable_suite
 from tangram_bench.sim.invariants import incomplete, parts_mismatch
 from tangram_celery.sandbox.malleable import PLUGIN
@@ -92,6 +92,10 @@ def test_the_malleable_system_submits_malleable_runs_that_declare_no_duration() 
     assert worker_env(MALLEABLE) == {"TANGRAM_SCHEDULER": scheduler_for("tangram"),
                                      "TANGRAM_MALLEABLE_RESIZE": "1"}
     assert "TANGRAM_MALLEABLE_RESIZE" not in worker_env("tangram")
+    assert worker_env(MALLEABLE_FIXED) == worker_env("tangram")
+    control = [action_for(spec, "t", MALLEABLE_FIXED, CORES) for spec in specs]
+    assert [a.payload.get("malleable") for a in control] == \
+        [a.payload.get("malleable") for a in actions]
 
 
 @pytest.mark.slow

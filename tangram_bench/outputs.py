@@ -123,7 +123,15 @@ def _setup(args: argparse.Namespace, plan: Plan, results: list[RunResult]) -> st
                 "them by signature). `fcfs-min` is tangram's node at one core "
                 "per action in arrival order; `celery` is a stock Celery worker (prefork, one "
                 "process per core) running each command in a plain subprocess, without "
-                f"sandbox or tangram code. Seeds {seeds}; {len(results)} runs in {wall:.0f} s.")
+                "sandbox or tangram code. `tangram:malleable` is tangram's node resizing "
+                "running test runs (`TANGRAM_MALLEABLE_RESIZE=1`): its test runs are real "
+                "pytest runs through the malleable runner of a generated suite (a serial test "
+                "of (1-p) T1, then parallel tests sharing p T1, each a sleep), so a run goes "
+                "as fast as the workers it has at each moment and pays each worker's start for "
+                "real; `tangram:malleable-fixed` runs the same malleable runs on a node "
+                "that does not resize them (the runner's cost without resizing). "
+                "The machine's CPUs are fewer than the emulated cores and shared with "
+                f"other jobs. Seeds {seeds}; {len(results)} runs in {wall:.0f} s.")
     cluster = all_points[0].cluster(physics(args))
     rows = "\n".join(f"| {flag} | {value} | {source} |"
                      for flag, value, source in cluster.physics())

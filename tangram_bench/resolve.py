@@ -18,7 +18,10 @@ from tangram_bench.sim.durations import DEFAULT_DURATIONS, parse_durations
 from tangram_bench.sim.systems import DEFAULT_SYSTEMS, system
 from tangram_bench.workloads import Workload, read_trace
 
-REAL_SYSTEMS = ("tangram", "tangram:ersa", "fixed-dop-4", "fcfs-min", "celery")
+REAL_SYSTEMS = ("tangram", "tangram:ersa", "fixed-dop-4", "fcfs-min", "celery",
+                "tangram:malleable", "tangram:malleable-fixed")
+REAL_ONLY_SYSTEMS = ("tangram:malleable", "tangram:malleable-fixed")
+"""Real-stack systems the simulator may not know (its ``sim`` run is then skipped)."""
 REAL_GPU_SYSTEMS = mopd_config.SYSTEMS
 """The systems of ``mopd --mode real`` (:data:`tangram_bench.mopd_real.config.SYSTEMS`)."""
 REAL_WORKLOADS = ("coding", "mopd")
@@ -71,7 +74,8 @@ def resolve(args: argparse.Namespace) -> Plan:
     systems = [name.strip() for name in args.systems.split(",")] if args.systems else list(
         default)
     for name in systems:
-        system(name, args.policy)  # ValueError names an unknown system or policy
+        if not (real and name in REAL_ONLY_SYSTEMS):
+            system(name, args.policy)  # ValueError names an unknown system or policy
     parse_durations(getattr(args, "durations", DEFAULT_DURATIONS))  # ValueError names it
     presets = ["real", "sim"] if real else args.costs.split(",")
     unknown = [p for p in presets if p not in PRESETS and not real]

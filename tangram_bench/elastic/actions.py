@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from tangram_bench.emulation import emulated_exec, emulated_test_run
+from tangram_bench.emulation import emulated_exec, emulated_malleable_run, emulated_test_run
 from tangram_bench.workloads import CodingParams, Workload, coding
 from tangram_bench.workloads.model import ActionSpec
 from tangram_celery.action import Action
@@ -40,21 +40,39 @@ FIFO_ON_NODE = "fcfs-min"
 ``celery`` system was before it ran on a stock Celery worker)."""
 WORKER_SCHEDULERS = {"robust": "robust", "ersa": "elastic"}
 """The node worker's ``TANGRAM_SCHEDULER`` for each simulator policy the real stack can run."""
+MALLEABLE = "tangram:malleable"
+"""The system whose node resizes running test runs (``TANGRAM_MALLEABLE_RESIZE=1``), its test
+runs real pytest runs through the malleable runner (:func:`emulated_malleable_run`)."""
+MALLEABLE_FIXED = "tangram:malleable-fixed"
+"""The control of :data:`MALLEABLE`: the same malleable pytest runs on a node that does not
+resize them (each keeps the cores it was admitted with), so the runner's own cost is told
+apart from what resizing gains."""
+
+
+def worker_env(system: str) -> dict[str, str]:
+    """The node worker's environment for ``system``: its scheduler, and for
+    :data:`MALLEABLE` the resizing of malleable runs turned on."""
+    env = {"TANGRAM_SCHEDULER": scheduler_for(system)}
+    if system == MALLEABLE:
+        env["TANGRAM_MALLEABLE_RESIZE"] = "1"
+    return env
 
 
 def scheduler_for(system: str) -> str:
-    """The node scheduler (``TANGRAM_SCHEDULER``) a real-stack system runs with: ``tangram`` the
-    default one, ``tangram:ersa`` the paper's allocator (as fixed DoP does), ``fcfs-min`` FIFO
-    at one core each. (``celery`` runs on a stock Celery worker, not on a node.)"""
+    """The node scheduler (``TANGRAM_SCHEDULER``) a real-stack system runs with: ``tangram``
+    and ``tangram:malleable[-fixed]`` the default one, ``tangram:ersa`` the paper's allocator
+    (as fixed DoP does), ``fcfs-min`` FIFO at one core each. (``celery`` runs on a stock Celery
+    worker, not on a node.)"""
     if system == FIFO_ON_NODE:
         return "fcfs-min"
-    if system == "tangram":
+    if system in ("tangram", MALLEABLE, MALLEABLE_FIXED):
         return Settings.from_env({}).node.scheduler
     if system.startswith("tangram:") and system.split(":", 1)[1] in WORKER_SCHEDULERS:
         return WORKER_SCHEDULERS[system.split(":", 1)[1]]
     if re.fullmatch(r"fixed-dop-\d+", system):
         return "elastic"
     raise ValueError(f"the real stack runs tangram, tangram:{{{','.join(WORKER_SCHEDULERS)}}}, "
+                     f"{MALLEABLE}, {MALLEABLE_FIXED}, "
                      f"fixed-dop-<k> or {FIFO_ON_NODE} on a node, not {system!r}")
 
 
@@ -62,6 +80,10 @@ def action_for(spec: ActionSpec, trajectory_id: str, system: str, cores: int) ->
     """The emulated action of ``spec`` as ``system`` submits it."""
     if spec.kind != "test_run":
         action = emulated_exec(trajectory_id, spec.t1, declare=False)
+    elif system in (MALLEABLE, MALLEABLE_FIXED):
+        action = emulated_malleable_run(trajectory_id, round(spec.t1, 3),
+                                        round(spec.parallel, 3), cores,
+                                        signature=spec.signature or "emulated-tests")
     else:
         fixed = re.fullmatch(r"fixed-dop-(\d+)", system)
         low = min(int(fixed.group(1)), cores) if fixed else 1

@@ -7,10 +7,17 @@ import asyncio
 import contextlib
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from tangram_bench.elastic.actions import Step, scheduler_for, steps_for
+from tangram_bench.elastic.actions import (
+    MALLEABLE,
+    MALLEABLE_FIXED,
+    Step,
+    steps_for,
+    worker_env,
+)
 from tangram_bench.elastic.records import gather
 from tangram_bench.elastic.stock import run_stock
 from tangram_bench.sim.record import ActionRecord, RunResult
@@ -50,18 +57,40 @@ async def run_batch(client: TangramClient, batch: list[list[Step]],
 
 
 def record_of(result: ActionResult, spec: ActionSpec, trajectory: str, index: int,
-              origin: float) -> ActionRecord:
-    """A real action's result as a benchmark record (times relative to ``origin``)."""
+              origin: float, held: Mapping[str, float] | None = None) -> ActionRecord:
+    """A real action's result as a benchmark record (times relative to ``origin``); ``held``
+    gives the unit-seconds of actions whose units changed while they ran (their units are then
+    the mean they held)."""
     act, timings = result.act, result.timings
     submitted = timings.submitted - origin
     units = max(len(result.units), 1)
+    spent = units * act["exec"]
+    if held is not None and result.action_id in held:
+        spent = held[result.action_id]
+        units = max(1, round(spent / act["exec"])) if act["exec"] > 0 else units
     return ActionRecord(
         trajectory=trajectory, index=index, kind=result.kind, pool="cpu", node=result.node,
         units=units, submitted=submitted,
         started=(timings.admitted or timings.submitted) - origin,
         finished=submitted + act["total"], queue=act["queue"], exec=act["exec"],
-        overhead=act["overhead"], held=units * act["exec"], used=spec.t1,
+        overhead=act["overhead"], held=spent, used=spec.t1,
         sched_s=timings.sched_s)
+
+
+def held_unit_seconds(settings: Settings, nodes: Sequence[str]) -> dict[str, float]:
+    """Each action's unit-seconds from the ``nodes``' allocation audit (a resized run's
+    allocation is one record per unit count it held)."""
+    client = connect(settings.broker)
+    try:
+        registry = Registry(client, settings.node.ttl_s, settings.actions.trajectory_ttl_s)
+        held: dict[str, float] = defaultdict(float)
+        for node in nodes:
+            for record in registry.allocations(node):
+                held[record["action_id"]] += len(record["units"]) * (
+                    record["end"] - record["start"])
+        return dict(held)
+    finally:
+        client.close()
 
 
 def reported_decisions(settings: Settings, nodes: Sequence[str]) -> tuple[int, float]:
@@ -85,7 +114,7 @@ def run_real(workload: Workload, system: str, cores: int, point: dict[str, objec
     (:mod:`.stock`)."""
     if system == "celery":
         return run_stock(workload, cores, point, tick, settings)
-    scheduler = scheduler_for(system)
+    env = worker_env(system)
     tag = f"{system}-{int(time.time() * 1000) % 10**9}"
     batch = steps_for(workload, system, cores, tag)
     result = RunResult(system, workload.name, point)
@@ -96,16 +125,18 @@ def run_real(workload: Workload, system: str, cores: int, point: dict[str, objec
         logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tangram-bench-")))
         live = stack.enter_context(local_cluster(
             settings, DemoConfig(nodes=1, cores_per_node=cores), logs,
-            {"TANGRAM_SCHEDULER": scheduler}))
+            env))
         client = stack.enter_context(TangramClient(live))
         origin = time.time()
         began = time.perf_counter()
         outcome = asyncio.run(run_batch(client, batch, tick))
         result.wall_s = time.perf_counter() - began
-        result.decide_calls, result.decide_s = reported_decisions(
-            live, DemoConfig(nodes=1, cores_per_node=cores).node_names)
+        nodes = DemoConfig(nodes=1, cores_per_node=cores).node_names
+        result.decide_calls, result.decide_s = reported_decisions(live, nodes)
+        held = held_unit_seconds(live, nodes) if system in (MALLEABLE, MALLEABLE_FIXED) \
+            else None
     gather(result, workload, [
-        [record_of(done, spec, trajectory.id, index, origin)
+        [record_of(done, spec, trajectory.id, index, origin, held)
          for index, (spec, done) in enumerate(zip(trajectory.actions, results, strict=True))]
         for trajectory, results in zip(workload.trajectories, outcome, strict=True)], cores)
     failed = [r for r in (x for xs in outcome for x in xs) if not r.ok]

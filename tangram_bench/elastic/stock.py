@@ -62,8 +62,9 @@ class Results:
     def _read(self) -> None:
         ids = list(self._pending)
         keys = [self._app.backend.get_key_for_task(task_id) for task_id in ids]
+        replies = self._redis.mget(keys)
         seen = time.time()
-        for task_id, raw in zip(ids, self._redis.mget(keys), strict=True):
+        for task_id, raw in zip(ids, replies, strict=True):
             if raw is None:
                 continue
             meta = json.loads(raw)

@@ -107,11 +107,11 @@ class CpuNode:
 
     def _malleable_runs(self) -> MalleableRuns | None:
         """The resizer of malleable runs, where it is turned on and the backend can do it (it
-        re-pins running actions, knows their work dirs, and no two units share a CPU)."""
+        re-pins running actions and knows their work dirs). On a node whose units share CPUs
+        a run's cpuset is the set of its units' CPUs, as for any action there."""
         node = self.settings.node
         if not (node.malleable_resize and self.sandbox.repins
-                and isinstance(self.sandbox, WorkdirBackend)
-                and len(set(self.cpus)) >= self.admission.total):
+                and isinstance(self.sandbox, WorkdirBackend)):
             return None
         config = ResizeConfig(node.malleable_start_s, "shortest"
                               if node.malleable_weighting == "shortest" else "absolute")

@@ -119,9 +119,9 @@ def resize_inputs(free: int, runs: Sequence[MalleableRun], waiting: Sequence[Req
 class MalleableRuns:
     """The node's malleable runs and the thread that resizes them.
 
-    ``physical`` maps a unit to its host CPU (one to one: the node does not resize when units
-    share CPUs); ``audit`` records a closed allocation record; ``resized`` tells the loan book
-    a run's new units."""
+    ``physical`` maps a unit to its host CPU (units may share one: a run's cpuset is then the
+    set of its units' CPUs, and a unit taken back can leave its CPU in it); ``audit`` records a
+    closed allocation record; ``resized`` tells the loan book a run's new units."""
 
     def __init__(self, admission: Admission, sandbox: SandboxBackend,
                  physical: Callable[[int], int], config: ResizeConfig, tick_s: float,

@@ -1,6 +1,6 @@
 """What a malleable test run costs and gains, on the test suites of published packages.
 
-    tangram bench malleable [--suites DIR] [--repeat 3] [--json]
+    tangram bench malleable [--suites DIR] [--repeat 3] [--json] [--out docs]
 
 For each suite the set-up unpacked (``bash scripts/run.sh setup`` puts them in
 ``$VENV/share/tangram-test-suites``), real pytest processes pinned to cores, the median of
@@ -18,7 +18,9 @@ For each suite the set-up unpacked (``bash scripts/run.sh setup`` puts them in
   answer; the worker finishes its current test on the cores left), and ``exit_s`` from then to
   the worker's exit (its session's end). ``-`` when the run ended first.
 
-Wall-clock figures of this machine, measured as they come; nothing is assumed.
+Wall-clock figures of this machine, measured as they come; nothing is assumed. With ``--out``
+the table becomes the section ``malleable-suites`` (``OUT/bench/malleable-suites.md``, and its
+rows as ``.json``, the input of :mod:`tangram_bench.workloads.suites`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -35,6 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tangram_bench.report import publish
 from tangram_celery.sandbox.malleable import PLUGIN, resize
 
 SUITES_DIR = Path(sys.prefix) / "share" / "tangram-test-suites"
@@ -154,6 +158,36 @@ def table_of(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+SECTION = "malleable-suites"
+
+
+def section_text(rows: list[dict[str, Any]], repeat: int, load: float, command: str) -> str:
+    """The section ``malleable-suites``: every suite's row, the worker start cost and the
+    take-back delay over the suites, and the load the machine was under."""
+    def span(column: str) -> str:
+        values = [row[column] for row in rows if isinstance(row[column], (int, float))]
+        return f"{min(values)}-{max(values)} s" if values else "not measured"
+    return "\n".join([
+        f"## {SECTION}", "", f"Command: `{command}`", "",
+        "The test suites of published packages (fetched by the set-up), real pytest processes "
+        f"pinned to cores, the median of {repeat} runs of each kind; 1-minute load average at the "
+        f"end: {load:.2f}.", "", table_of(rows), "",
+        f"- A worker's start and collection (the grow cost): {span('worker_start_s')} over the "
+        "suites.",
+        f"- Take-back delay, from a shrink's answer to the end of the retiring worker's last "
+        f"test: {span('retire_s')}; its exit after that: {span('exit_s')}."])
+
+
+def publish_rows(out: Path, rows: list[dict[str, Any]], repeat: int, load: float,
+                 command: str) -> None:
+    """Write the section and its rows (``OUT/bench/malleable-suites.json``), rebuild the
+    results page."""
+    (out / "bench").mkdir(parents=True, exist_ok=True)
+    (out / "bench" / f"{SECTION}.json").write_text(
+        json.dumps({"rows": rows, "repeat": repeat, "load_1min": load}, indent=1) + "\n")
+    publish(out, SECTION, section_text(rows, repeat, load, command))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Measure every suite; print the table, or with ``--json`` one JSON object."""
     parser = argparse.ArgumentParser(prog="tangram bench malleable")
@@ -161,6 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=f"where the unpacked suites are (default {SUITES_DIR})")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each kind (the median)")
     parser.add_argument("--json", action="store_true", help="print one JSON object only")
+    parser.add_argument("--out", type=Path, help="write the section malleable-suites here")
     args = parser.parse_args(argv)
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
@@ -168,6 +203,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                          f"{len(cores)}")
     rows = [measure(suite, args.repeat, cores) for suite in suite_dirs(args.suites)]
     load = os.getloadavg()[0]
+    if args.out is not None:
+        given = list(sys.argv[1:] if argv is None else argv)
+        publish_rows(args.out, rows, args.repeat, load,
+                     "tangram bench malleable " + shlex.join(given))
     if args.json:
         print(json.dumps({"rows": rows, "repeat": args.repeat, "load_1min": load}))
     else:

@@ -9,6 +9,7 @@
     tangram bench gateway [--clients 1,8,32]   (verl-style load; see bench.gateway)
     tangram bench mopd-parity [--seeds 1,2,3]   (GPUs for equal ACT, see bench.mopd_parity)
     tangram bench costs [--repeat 5] --out docs   (the sim's measured costs, see bench.costs_bench)
+    tangram bench malleable [--repeat 3] --out docs   (real suites, malleable runs: bench.malleable)
 
 Workloads: ``coding``, ``mopd``, ``deepsearch`` (seeded generators) or ``trace`` (a JSON Lines
 file, see :mod:`tangram_bench.workloads.trace`). Systems: see

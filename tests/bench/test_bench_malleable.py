@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tangram_bench.malleable import COLUMNS, table_of
+from tangram_bench.malleable import COLUMNS, section_text, table_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,3 +44,16 @@ def test_without_suites_it_names_the_set_up(tmp_path: Path) -> None:
     done = bench("bench", "malleable", "--suites", str(tmp_path / "none"))
     assert done.returncode == 1
     assert "bash scripts/run.sh setup" in done.stderr
+
+
+def test_the_section_holds_every_row_and_the_spans() -> None:
+    rows = [{c: "-" for c in COLUMNS} | {"suite": "a", "worker_start_s": 0.5, "retire_s": 0.001,
+                                         "exit_s": 0.7},
+            {c: "-" for c in COLUMNS} | {"suite": "b", "worker_start_s": 1.0, "retire_s": 0.003,
+                                         "exit_s": 1.2}]
+    text = section_text(rows, 3, 0.25, "tangram bench malleable --out docs")
+    assert text.startswith("## malleable-suites\n\nCommand: `tangram bench malleable --out docs`")
+    assert "| a | - | - | - | 0.5 |" in text and "| b | - | - | - | 1.0 |" in text
+    assert "(the grow cost): 0.5-1.0 s over the suites" in text
+    assert "last test: 0.001-0.003 s; its exit after that: 0.7-1.2 s" in text
+    assert "load average at the end: 0.25" in text

@@ -28,7 +28,7 @@ import docker
 import docker.errors
 
 from tangram_bench.costs_report import NAME, Run, measured, section_text
-from tangram_bench.docker_exec import timed
+from tangram_bench.docker_exec import exec_and_start_times
 from tangram_bench.overhead import measure_tangram
 from tangram_bench.report import publish
 from tangram_celery.client import TangramClient
@@ -57,15 +57,7 @@ def stack_run(settings: Settings, n: int) -> tuple[float, float]:
 
 def docker_run(engine: docker.DockerClient, image: str, n: int) -> tuple[float, float]:
     """(exec_run, run --rm) medians in seconds through the Docker SDK."""
-    container = engine.containers.run(image, ["sleep", "600"], detach=True,
-                                      network_mode="none", remove=True)
-    try:
-        container.exec_run(["true"])
-        execs = timed(lambda: container.exec_run(["true"]), n)
-    finally:
-        container.kill()
-    starts = timed(lambda: engine.containers.run(image, ["true"], network_mode="none",
-                                                 remove=True), max(n // 5, 3))
+    execs, starts = exec_and_start_times(engine, image, n, max(n // 5, 3))
     return statistics.median(execs), statistics.median(starts)
 
 

@@ -41,8 +41,10 @@ def quantiles(values: Sequence[float]) -> dict[str, float]:
             "p90_ms": round(ordered[int(0.9 * (len(ordered) - 1))] * 1000, 2)}
 
 
-def measure(client: Any, image: str, n: int) -> dict[str, Any]:
-    """Exec and cold-start latencies against ``client`` with ``image``."""
+def exec_and_start_times(client: Any, image: str, n: int,
+                         starts: int) -> tuple[list[float], list[float]]:
+    """``n`` ``exec_run(["true"])`` times in one warm container of ``image``, then ``starts``
+    ``containers.run(..., remove=True)`` times, in seconds."""
     name = f"tangram-bench-exec-{uuid.uuid4().hex[:8]}"
     container = client.containers.run(image, ["sleep", "600"], name=name, detach=True,
                                       network_mode="none", remove=True)
@@ -51,8 +53,13 @@ def measure(client: Any, image: str, n: int) -> dict[str, Any]:
         execs = timed(lambda: container.exec_run(["true"]), n)
     finally:
         container.kill()
-    starts = timed(lambda: client.containers.run(image, ["true"], network_mode="none",
-                                                 remove=True), max(n // 5, 1))
+    return execs, timed(lambda: client.containers.run(image, ["true"], network_mode="none",
+                                                      remove=True), starts)
+
+
+def measure(client: Any, image: str, n: int) -> dict[str, Any]:
+    """Exec and cold-start latencies against ``client`` with ``image``."""
+    execs, starts = exec_and_start_times(client, image, n, max(n // 5, 1))
     return {"image": image, "n": n, "exec_run": quantiles(execs),
             "run_remove": quantiles(starts)}
 

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from tangram_bench import grid, grid_malleable
+from tangram_bench.malleable_flags import knobs
 from tangram_bench.plan import SWEEPS, Point, workload_at
 from tangram_bench.report import publish
 from tangram_bench.sim.costs import SCHEDULING_ONLY
@@ -192,7 +193,7 @@ def grid_main(args: argparse.Namespace, argv: Sequence[str] | None = None) -> in
     points = grid_malleable.chosen_points(points, args.points)
     found = grid.run_grid(points, seeds, args.scale, args.durations, args.jobs,
                           lambda: print(".", end="", file=sys.stderr, flush=True),
-                          knobs=grid_malleable.knobs(args))
+                          knobs=knobs(args))
     print(file=sys.stderr)
     rows = [grid.grid_row(p, [found[(grid.scaled(p, args.scale), s)] for s in seeds])
             for p in points]

@@ -310,3 +310,26 @@ def acquire_for_tests(purpose: str) -> Engine:
         if exc.kind == "kernel" and not os.environ.get("CI"):
             pytest.skip(f"this machine's kernel cannot run a Docker engine: {exc}")
         pytest.fail(f"no Docker engine for the {purpose} tests: {exc}")
+
+
+@contextlib.contextmanager
+def engine_with_sandbox_image(purpose: str) -> Iterator[str]:
+    """The URL of an engine (as :func:`acquire_for_tests`) holding the sandbox image; the test
+    fails, naming the cause, when the image cannot be built."""
+    import pytest
+
+    from tangram_celery.errors import SandboxSetupError
+    from tangram_celery.sandbox.docker.image import DEFAULT_TAG, ensure_image
+
+    engine = acquire_for_tests(purpose)
+    try:
+        client = docker.DockerClient(base_url=engine.url, timeout=300)
+        try:
+            ensure_image(client, DEFAULT_TAG)
+        except SandboxSetupError as exc:
+            pytest.fail(f"cannot build the sandbox image: {exc}")
+        finally:
+            client.close()
+        yield engine.url
+    finally:
+        release(engine)

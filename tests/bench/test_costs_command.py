@@ -7,31 +7,18 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-import docker
 import docker_engine
 import pytest
 
 from tangram_bench.cli import main
 from tangram_bench.costs_report import NAME, section_text
-from tangram_celery.errors import SandboxSetupError
-from tangram_celery.sandbox.docker.image import DEFAULT_TAG, ensure_image
 
 
 @pytest.fixture(scope="module")
 def engine_url() -> Iterator[str]:
     """A Docker engine holding the sandbox image."""
-    engine = docker_engine.acquire_for_tests("costs bench")
-    try:
-        client = docker.DockerClient(base_url=engine.url, timeout=300)
-        try:
-            ensure_image(client, DEFAULT_TAG)
-        except SandboxSetupError as exc:
-            pytest.fail(f"cannot build the sandbox image: {exc}")
-        finally:
-            client.close()
-        yield engine.url
-    finally:
-        docker_engine.release(engine)
+    with docker_engine.engine_with_sandbox_image("costs bench") as url:
+        yield url
 
 
 @pytest.mark.slow

@@ -21,15 +21,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import docker
 import docker_engine
 import pytest
 
-from tangram_celery.errors import SandboxSetupError
 from tangram_celery.sandbox import ExecOutcome, ExecSpec, SandboxBackend, SandboxLimits
 from tangram_celery.sandbox.bwrap import BwrapBackend
 from tangram_celery.sandbox.docker import DockerBackend, WarmPoolPolicy
-from tangram_celery.sandbox.docker.image import DEFAULT_TAG, ensure_image
 
 SETUP_HINT = (
     "run the README's test setup command (apt-get install -y bubblewrap python3-pytest "
@@ -113,18 +110,8 @@ def run(backend: BwrapBackend) -> Run:
 @pytest.fixture(scope="session")
 def docker_url() -> Iterator[str]:
     """The URL of a running Docker engine holding the sandbox image, for the whole session."""
-    engine = docker_engine.acquire_for_tests("docker sandbox")
-    try:
-        client = docker.DockerClient(base_url=engine.url, timeout=300)
-        try:
-            ensure_image(client, DEFAULT_TAG)
-        except SandboxSetupError as exc:
-            pytest.fail(f"cannot build the sandbox image: {exc}")
-        finally:
-            client.close()
-        yield engine.url
-    finally:
-        docker_engine.release(engine)
+    with docker_engine.engine_with_sandbox_image("docker sandbox") as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -134,10 +134,7 @@ def test_controller_grows_on_a_burst_and_drains_back(
             for i in range(12):
                 client.end_trajectory(f"traj-{i}")
         assert all(r.ok for r in results)
-        published = redis_client.hgetall(keys.autoscale_pool("cpu"))
-        assert int(published[b"target"]) >= 1 and b"reason" in published
-        (view,) = read_inventory(redis_client, settings).autoscale
-        assert (view.pool, view.target) == ("cpu", int(published[b"target"])) and view.reason
+        _wait(lambda: _inventory_shows_the_published_target(redis_client, settings), timeout=10)
         _wait(lambda: controller.actuator.sizes()["cpu"] == 1
               and not controller.actuator.draining(),  # type: ignore[attr-defined]
               timeout=40)
@@ -147,6 +144,15 @@ def test_controller_grows_on_a_burst_and_drains_back(
         controller.actuator.close()
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("autoscale")]
     assert any("(up;" in line for line in logged) and any("(down;" in line for line in logged)
+
+
+def _inventory_shows_the_published_target(client: redis.Redis, settings: Settings) -> bool:
+    """The inventory's autoscale view and the published record agree (the controller keeps
+    publishing, so the two reads are retried until they fall between two decisions)."""
+    published = client.hgetall(keys.autoscale_pool("cpu"))
+    (view,) = read_inventory(client, settings).autoscale
+    return (b"reason" in published and int(published[b"target"]) >= 1 and bool(view.reason)
+            and (view.pool, view.target) == ("cpu", int(published[b"target"])))
 
 
 def _alive(client: redis.Redis, node: str) -> bool:

@@ -106,9 +106,10 @@ DESCRIPTIONS: dict[str, str] = {
     "durations_sync_s": "How often (seconds) a CPU node (a GPU pool) reads the actions other "
                         "nodes (GPU pools) finished into its duration model, through one Redis "
                         "stream per pool type; 0: each learns alone.",
-    "malleable_resize": "Whether a CPU node grows and shrinks its running malleable test runs "
-                        "(actions with `\"malleable\": true`; bwrap with cgroups only): idle "
-                        "cores join them, a waiting action takes cores back at once.",
+    "malleable_resize": "Whether a CPU node runs elastic pytest actions as malleable test runs "
+                        "and grows and shrinks them while they run (bwrap with a writable "
+                        "cpuset, or Docker): idle cores join them, a waiting action takes cores "
+                        "back at once. An action opts out with `\"malleable\": false`.",
     "malleable_tick_s": "How often (seconds) a CPU node reads its malleable runs' progress and "
                         "resizes them, besides at each action's arrival and end.",
     "malleable_start_s": "A malleable run's worker start and collection cost (seconds) that the "

@@ -34,7 +34,9 @@ def test_run_action(
     elasticity: Any = None,
     **fields: Any,
 ) -> Action:
-    """An elastic test run (kind ``test_run``); ``pytest`` gets ``-n k`` for ``k`` cores."""
+    """An elastic test run (kind ``test_run``): on a node that resizes runs (the default) its
+    ``pytest`` becomes a malleable run whose cores change while it runs, elsewhere it gets
+    ``-n k`` for ``k`` cores; ``payload={"malleable": False}`` keeps ``-n k``."""
     if elasticity is not None:
         fields["elasticity"] = elasticity
     return _build("test_run", trajectory_id, {"cmd": cmd, **fields.pop("payload", {})}, cpu,

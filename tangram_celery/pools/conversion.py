@@ -109,17 +109,21 @@ def exec_spec(
 
 
 def exec_specs(
-    action: Action, units: tuple[int, ...], cpus: tuple[int, ...], default_timeout_s: float
+    action: Action, units: tuple[int, ...], cpus: tuple[int, ...], default_timeout_s: float,
+    *, malleable: bool | None = None,
 ) -> list[ExecSpec]:
     """The exec specs of a CPU action: one, or one per step of a ``steps`` payload (the
-    action's files arrive with the first; each step has its own stdin and timeout)."""
+    action's files arrive with the first; each step has its own stdin and timeout). Its
+    pytest invocations become malleable runs when ``malleable`` (None: when the action says
+    ``"malleable": true``), else ``pytest -n <units>``."""
     payload = action.payload
+    malleable = bool(payload.get("malleable")) if malleable is None else malleable
     steps = payload.get("steps") or [payload]
     files = dict(payload.get("files", {}))
     specs = []
     for i, step in enumerate(steps):
         spec = _step_spec(action, step, files if i == 0 else {}, units, cpus,
-                          default_timeout_s, str(i) if len(steps) > 1 else "")
+                          default_timeout_s, str(i) if len(steps) > 1 else "", malleable)
         specs.append(spec)
     return specs
 
@@ -142,7 +146,7 @@ def fetch_spec(action: Action, cpus: tuple[int, ...]) -> ExecSpec | None:
 
 def _step_spec(
     action: Action, step: Mapping[str, Any], files: dict[str, str], units: tuple[int, ...],
-    cpus: tuple[int, ...], default_timeout_s: float, tag: str,
+    cpus: tuple[int, ...], default_timeout_s: float, tag: str, malleable: bool,
 ) -> ExecSpec:
     payload = action.payload
     python = None
@@ -155,7 +159,7 @@ def _step_spec(
         command = f"{SANDBOX_PYTHON} {python}; s=$?; rm -f {python}; exit $s"
     else:
         command = str(step["cmd"])
-        if payload.get("malleable") and is_pytest_command(command):
+        if malleable and is_pytest_command(command):
             command, files, env = _malleable(command, files, env, len(units))
         else:
             command = rewrite_parallelism(command, len(units))

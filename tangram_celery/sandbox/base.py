@@ -12,9 +12,9 @@ bubblewrap or Docker.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from tangram_celery.errors import SandboxSpecError
 from tangram_celery.sandbox.isolation import Isolation
@@ -145,6 +145,22 @@ class ExecOutcome:
     """Bytes of stdout left out between the kept head and tail (0 when not truncated)."""
     stderr_cut_bytes: int = 0
     """The same for stderr."""
+
+
+RunControl = Callable[[str, float], dict[str, Any]]
+"""Sends ``grow``, ``shrink`` or ``status`` to a running malleable test run and returns its
+answer, waiting at most the given seconds; raises ``OSError`` or ``ValueError`` when the run
+does not answer (not listening yet, or ended)."""
+
+
+@runtime_checkable
+class ReachesRuns(Protocol):
+    """A sandbox backend whose node reaches the malleable test runs inside its sandboxes."""
+
+    def run_control(self, trajectory_id: str, name: str) -> RunControl | None:
+        """The control of the malleable run listening at ``name`` in the work dir of
+        ``trajectory_id``'s running action (None: the trajectory holds no sandbox now)."""
+        ...
 
 
 @runtime_checkable

@@ -294,3 +294,29 @@ def _grow_rank(run: MalleableRun, workers: int, gain: float,
     if config.weighting == "equi":
         return (float(workers), -gain)
     return (-gain, 0.0)
+
+
+WORTH_STARTS = 2.0
+"""A test run is made malleable when its learned single-core duration is at least this many
+worker starts: a second worker started at once can then pay its own start back."""
+
+
+def worth_malleable(asked: bool | None, elastic: bool, single_s: float | None,
+                    worker_start_s: float) -> bool:
+    """Whether a pytest run becomes a malleable run the node resizes: as the action asks
+    (``asked``), else when its cores are elastic and its learned single-core duration is
+    unknown (the first run of a suite, the case that needs resizing most) or at least
+    :data:`WORTH_STARTS` worker starts."""
+    if asked is not None:
+        return asked
+    return elastic and (single_s is None or single_s >= WORTH_STARTS * worker_start_s)
+
+
+def node_config(worker_start_s: float, weighting: str) -> ResizeConfig:
+    """The policy a node resizes its runs with, the one the simulator measures
+    (``tangram:malleable``): actions that are not test runs start first, and a core moves
+    between runs whenever the taker saves more than the giver loses."""
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"unknown weighting {weighting!r}; choose one of {list(WEIGHTINGS)}")
+    chosen = next(w for w in WEIGHTINGS if w == weighting)
+    return ResizeConfig(worker_start_s, chosen, others_first=True, move_gain=0.0)

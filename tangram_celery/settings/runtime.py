@@ -148,7 +148,7 @@ class NodeSettings:
     scheduler_depth: int = setting(2, "SCHEDULER_DEPTH")
     durations_sync_s: float = setting(1.0, "DURATIONS_SYNC_S")
     fence_running: str = setting("finish", "FENCE_RUNNING")
-    malleable_resize: bool = setting(False, "MALLEABLE_RESIZE")
+    malleable_resize: bool = setting(True, "MALLEABLE_RESIZE")
     malleable_tick_s: float = setting(1.0, "MALLEABLE_TICK_S")
     malleable_start_s: float = setting(1.0, "MALLEABLE_START_S")
     malleable_weighting: str = setting("equi", "MALLEABLE_WEIGHTING")

@@ -91,7 +91,7 @@ def test_the_malleable_system_submits_malleable_runs_that_declare_no_duration() 
     assert scheduler_for(MALLEABLE) == scheduler_for("tangram")
     assert worker_env(MALLEABLE) == {"TANGRAM_SCHEDULER": scheduler_for("tangram"),
                                      "TANGRAM_MALLEABLE_RESIZE": "1"}
-    assert "TANGRAM_MALLEABLE_RESIZE" not in worker_env("tangram")
+    assert worker_env("tangram")["TANGRAM_MALLEABLE_RESIZE"] == "0"
     assert worker_env(MALLEABLE_FIXED) == worker_env("tangram")
     control = [action_for(spec, "t", MALLEABLE_FIXED, CORES) for spec in specs]
     assert [a.payload.get("malleable") for a in control] == \

@@ -37,3 +37,18 @@ def test_a_malleable_test_run_ships_the_runner_and_other_commands_stay() -> None
                       (0, 1), (0, 1), 30.0)
     assert plain.command == "python3 solve.py" and not plain.files
     assert "PYTHONPATH" not in plain.env
+
+
+def test_the_node_decides_whether_a_pytest_run_is_malleable() -> None:
+    from tangram_celery.client import test_run_action
+    from tangram_celery.pools.conversion import exec_specs
+    from tangram_celery.sandbox.malleable import PLUGIN
+
+    said = test_run_action("t", "pytest -q tests", cpu=(1, 4))
+    (made,) = exec_specs(said, (0, 1), (0, 1), 30.0, malleable=True)
+    assert f"-p {PLUGIN} --malleable=2" in made.command
+    (kept,) = exec_specs(said, (0, 1), (0, 1), 30.0)
+    assert kept.command == "pytest -n 2 -q tests", "by default as the action says: not asked"
+    asked = test_run_action("t", "pytest -q tests", cpu=(1, 4), payload={"malleable": True})
+    (refused,) = exec_specs(asked, (0, 1), (0, 1), 30.0, malleable=False)
+    assert refused.command == "pytest -n 2 -q tests"

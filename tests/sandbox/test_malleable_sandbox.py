@@ -11,6 +11,7 @@ import os
 import subprocess
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -145,13 +146,15 @@ def test_the_node_shrinks_and_grows_the_cpuset_with_the_workers(
         wait_until(lambda: any(sandbox_root.rglob("log")) or running.done(), "the first test")
         log = next(sandbox_root.rglob("log"))
         wait_until(lambda: len({pid for pid, _, _ in records(log)}) == 2, "both workers")
-        resizer = CoreResizer(backend, "t1", two_cores, str(log.with_name("control.sock")))
-        assert resizer.shrink() == second
+        resizer = CoreResizer(backend, "t1", two_cores,
+                              partial(resize, str(log.with_name("control.sock"))))
+        assert resizer.take() == second
         assert resizer.cores == (first,)
         assert worker_cores() == {frozenset({first})}, "every worker left the core at once"
+        assert resizer.retire()
         shrunk = len(records(log))
         assert resizer.grow(second)
-        assert resizer.cores == (first, second)
+        assert list(resizer.cores) == [first, second]
         wait_until(lambda: len({pid for pid, _, _ in records(log)}) == 3, "the new worker")
         assert frozenset({first, second}) in worker_cores()
         log.with_name("gate").touch()

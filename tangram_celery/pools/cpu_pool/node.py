@@ -45,17 +45,16 @@ from tangram_celery.pools.conversion import (
 )
 from tangram_celery.pools.cpu_pool.duration_sharing import SharedDurations
 from tangram_celery.pools.cpu_pool.loans import CoreLoans
-from tangram_celery.pools.cpu_pool.resizing import MalleableRuns, WorkdirBackend
+from tangram_celery.pools.cpu_pool.resizing import MalleableRuns, reaches_runs, resized_run
 from tangram_celery.pools.cpu_pool.steps import Ran, run_action
 from tangram_celery.pools.fence import Fence
 from tangram_celery.pools.registry import Registry
 from tangram_celery.pools.serving import Heartbeat, rejected_result
 from tangram_celery.sandbox import SandboxBackend
-from tangram_celery.sandbox.malleable import is_pytest_command
 from tangram_celery.scheduling import DurationModel, Job
 from tangram_celery.scheduling.learned import learn
 from tangram_celery.scheduling.lending import LoanConfig
-from tangram_celery.scheduling.malleable import ResizeConfig
+from tangram_celery.scheduling.malleable import node_config
 from tangram_celery.scheduling.robust import RobustConfig, loan_config
 from tangram_celery.settings import Settings
 
@@ -110,12 +109,10 @@ class CpuNode:
         re-pins running actions and knows their work dirs). On a node whose units share CPUs
         a run's cpuset is the set of its units' CPUs, as for any action there."""
         node = self.settings.node
-        if not (node.malleable_resize and self.sandbox.repins
-                and isinstance(self.sandbox, WorkdirBackend)):
+        if not (node.malleable_resize and self.sandbox.repins and reaches_runs(self.sandbox)):
             return None
-        config = ResizeConfig(node.malleable_start_s, "shortest"
-                              if node.malleable_weighting == "shortest" else "absolute")
-        runs = MalleableRuns(self.admission, self.sandbox, lambda u: self.cpus[u], config,
+        runs = MalleableRuns(self.admission, self.sandbox, lambda u: self.cpus[u],
+                             node_config(node.malleable_start_s, node.malleable_weighting),
                              node.malleable_tick_s, self._audit_record, self.loans.resized)
         self.admission.on_wait = runs.poke
         return runs
@@ -186,11 +183,11 @@ class CpuNode:
         timings.admitted = time.time()
         timings.sched_s = self.admission.decision_s(action.id)
         result.units = cores
-        if not borrowed:
-            self._watch(action, cores, received)
+        resized = not borrowed and self._watch(action, cores, received)
         try:
             self.fence.enter(action.id, mark)
-            ran = self._tracked(action, cores)
+            ran = self._tracked(action, cores,
+                                malleable=resized or action.payload.get("malleable") is True)
         except (SandboxError, ValidationError) as exc:
             result.error = str(exc)
             timings.exec_started = timings.exec_finished = time.time()
@@ -224,20 +221,23 @@ class CpuNode:
                             "(TANGRAM_FENCE_RUNNING=kill) with their environments")
         return result
 
-    def _watch(self, action: Action, cores: tuple[int, ...], received: float) -> None:
-        """Hand a malleable run (one command, running pytest, nothing to fetch) to the
-        resizer, with its signature's learned single-core duration."""
+    def _watch(self, action: Action, cores: tuple[int, ...], received: float) -> bool:
+        """Hand ``action`` to the resizer when the node resizes it while it runs; whether it
+        does."""
         if self.malleable is None or not self._resizable(action):
-            return
+            return False
         single = dict(request_for(action, received, self.model).options).get(1)
         self.malleable.add(action.id, action.trajectory_id, cores, MALLEABLE_CONTROL, single)
+        return True
 
     def _resizable(self, action: Action) -> bool:
-        """Whether the node resizes ``action`` while it runs (it then never lends cores)."""
-        payload = action.payload
-        return self.malleable is not None and bool(payload.get("malleable")) \
-            and "steps" not in payload and not payload.get("fetch") \
-            and is_pytest_command(str(payload.get("cmd", "")))
+        """Whether the node resizes ``action`` while it runs (it then never lends cores):
+        :func:`~tangram_celery.pools.cpu_pool.resizing.resized_run` over its signature's
+        learned single-core duration."""
+        if self.malleable is None:
+            return False
+        single = dict(request_for(action, time.time(), self.model).options).get(1)
+        return resized_run(action, single, self.malleable.config)
 
     def _unpin(self, trajectory_id: str) -> None:
         """Give back a one-request trajectory's memory reservation."""
@@ -248,13 +248,13 @@ class CpuNode:
         except Exception:  # its pin then ends with the trajectory TTL
             log.warning("could not unpin trajectory %s", trajectory_id, exc_info=True)
 
-    def _tracked(self, action: Action, cores: tuple[int, ...]) -> Ran:
+    def _tracked(self, action: Action, cores: tuple[int, ...], *, malleable: bool) -> Ran:
         """Run ``action`` on ``cores``, known as running (for a fence that kills) meanwhile."""
         with self._running_lock:
             self._running[action.id] = action.trajectory_id
         try:
             return run_action(self.sandbox, action, cores, self.physical(cores),
-                              self.settings.actions.default_timeout_s)
+                              self.settings.actions.default_timeout_s, malleable=malleable)
         finally:
             with self._running_lock:
                 self._running.pop(action.id, None)

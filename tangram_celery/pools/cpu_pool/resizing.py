@@ -1,18 +1,19 @@
 """A CPU node's malleable runs: it grows and shrinks them while they run.
 
-With ``TANGRAM_MALLEABLE_RESIZE=1``, on a sandbox backend that can re-pin a running action and
-knows a trajectory's work dir on the host, a node resizes the malleable test runs it holds
-(actions with ``"malleable": true`` whose one command runs pytest; see
-:mod:`tangram_celery.sandbox.malleable`). At every event (an action waits in the gate, is
-admitted or ends) and every ``TANGRAM_MALLEABLE_TICK_S`` (the runs' progress), one step asks
-each run its state through its control socket, hands the plain data to
-:func:`tangram_celery.scheduling.malleable.decide_resize` and carries out the decision:
+With ``TANGRAM_MALLEABLE_RESIZE`` on (the default), on a sandbox backend that can re-pin a
+running action and reach the runs inside its sandboxes (bubblewrap through the work dir on the
+host, Docker through ``docker exec``), a node resizes the malleable test runs it holds: its
+elastic pytest actions, unless they say ``"malleable": false`` or are known to be too short
+(:func:`resized_run`). At every event (an action
+waits in the gate, is admitted or ends) and every ``TANGRAM_MALLEABLE_TICK_S`` (the runs'
+progress), one step asks each run its state through its control socket, hands the plain data
+to :func:`tangram_celery.scheduling.malleable.decide_resize` and carries out the decision:
 
-* **shrink**, for the waiting actions: the run is asked to retire a worker and its cpuset
-  narrows as soon as it answers (:class:`~tangram_celery.sandbox.malleable.CoreResizer`); the
-  core then goes back to the gate, which admits the waiting action on it at once. A core none
-  of the run's workers will take a test on (its queue is drained) is taken back from the cpuset
-  without asking.
+* **shrink**, for the waiting actions: the run's cpuset narrows at once
+  (:class:`~tangram_celery.sandbox.malleable.CoreResizer`), the core goes back to the gate,
+  which admits the waiting action on it in the same call, and only then is the run asked to
+  retire a worker after its current test. A core none of the run's workers will take a test on
+  (its queue is drained) is taken back the same way, without asking.
 * **grow**, onto cores free while nothing waits: the gate gives the core to the run first, then
   its cpuset widens and the run starts a worker; when either refuses the core goes back.
 
@@ -28,12 +29,15 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from tangram_celery.action import Action
 from tangram_celery.pools.admission import Admission, AllocationRecord, Request
 from tangram_celery.sandbox import SandboxBackend
-from tangram_celery.sandbox.malleable import CoreResizer, resize
+from tangram_celery.sandbox.base import ReachesRuns, RunControl
+from tangram_celery.sandbox.malleable import CoreResizer, is_pytest_command, resize
 from tangram_celery.scheduling.malleable import (
     MalleableRun,
     ResizeConfig,
@@ -41,6 +45,7 @@ from tangram_celery.scheduling.malleable import (
     ResizeInputs,
     Waiting,
     decide_resize,
+    worth_malleable,
 )
 
 log = logging.getLogger(__name__)
@@ -215,19 +220,18 @@ class MalleableRuns:
             if resizer is None:
                 continue
             try:
-                statuses[tracked.action_id] = resize(resizer.control, "status", STATUS_TIMEOUT_S)
+                statuses[tracked.action_id] = resizer.control("status", STATUS_TIMEOUT_S)
             except (OSError, ValueError):
                 continue
         return statuses
 
     def _resizer(self, tracked: Tracked) -> CoreResizer | None:
-        if tracked.resizer is None and isinstance(self.sandbox, WorkdirBackend):
-            workdir = self.sandbox.host_workdir(tracked.trajectory_id)
-            if workdir is not None and (workdir / tracked.control).exists():
+        if tracked.resizer is None:
+            control = run_control(self.sandbox, tracked.trajectory_id, tracked.control)
+            if control is not None:
                 tracked.resizer = CoreResizer(
                     self.sandbox, tracked.trajectory_id,
-                    tuple(self.physical(u) for u in tracked.units),
-                    str(workdir / tracked.control))
+                    tuple(self.physical(u) for u in tracked.units), control)
         return tracked.resizer
 
     def _give_back_idle(self, tracked: Tracked, count: int) -> None:
@@ -235,17 +239,23 @@ class MalleableRuns:
         resizer = tracked.resizer
         assert resizer is not None
         for _ in range(count):
-            if resizer.release() is None:
+            if resizer.take() is None:
                 return
             self._change(tracked, tracked.units[:-1])
 
     def _shrink(self, tracked: Tracked, count: int) -> None:
+        """Take ``count`` cores back at once (each goes to the gate, which admits a waiter on
+        it), then ask the run to retire as many workers."""
         resizer = tracked.resizer
         assert resizer is not None
+        taken = 0
         for _ in range(count):
-            if resizer.shrink() is None:
-                return
+            if resizer.take() is None:
+                break
             self._change(tracked, tracked.units[:-1])
+            taken += 1
+        for _ in range(taken):
+            resizer.retire()
 
     def _grow(self, tracked: Tracked, count: int) -> None:
         resizer = tracked.resizer
@@ -267,3 +277,37 @@ class MalleableRuns:
         self.resized(tracked.action_id, tuple(units))
         self.audit(closed)
         return True
+
+
+def run_control(sandbox: SandboxBackend, trajectory_id: str, name: str) -> RunControl | None:
+    """How the node reaches the malleable run listening at ``name`` in the work dir of
+    ``trajectory_id`` (None: not now): the backend's own way, else the socket in the work dir
+    on the host once it is there."""
+    if isinstance(sandbox, ReachesRuns):
+        return sandbox.run_control(trajectory_id, name)
+    if isinstance(sandbox, WorkdirBackend):
+        workdir = sandbox.host_workdir(trajectory_id)
+        if workdir is not None and (workdir / name).exists():
+            return partial(resize, str(workdir / name))
+    return None
+
+
+def reaches_runs(sandbox: SandboxBackend) -> bool:
+    """Whether the node can reach the malleable runs in ``sandbox``'s sandboxes."""
+    return isinstance(sandbox, (ReachesRuns, WorkdirBackend))
+
+
+def resized_run(action: Action, single_s: float | None, config: ResizeConfig) -> bool:
+    """Whether a node that resizes runs resizes ``action`` while it runs: its one command runs
+    pytest (no steps, nothing to fetch) and
+    :func:`~tangram_celery.scheduling.malleable.worth_malleable` says so, over its
+    ``"malleable"`` flag, whether its cores are elastic and its learned single-core duration
+    ``single_s``."""
+    payload = action.payload
+    if "steps" in payload or payload.get("fetch") \
+            or not is_pytest_command(str(payload.get("cmd", ""))):
+        return False
+    asked = payload.get("malleable")
+    return worth_malleable(asked if isinstance(asked, bool) else None,
+                           action.cost[action.key_resource].elastic, single_s,
+                           config.worker_start_s)

@@ -40,19 +40,20 @@ class Ran:
 
 
 def run_action(sandbox: SandboxBackend, action: Action, units: tuple[int, ...],
-               cpus: tuple[int, ...], default_timeout_s: float) -> Ran:
-    """Run ``action``'s steps (and fetch its files) on ``cpus``; raises what the sandbox
-    raises."""
+               cpus: tuple[int, ...], default_timeout_s: float, *,
+               malleable: bool | None = None) -> Ran:
+    """Run ``action``'s steps (and fetch its files) on ``cpus``, its pytest runs malleable
+    as ``malleable`` says (None: as the action says); raises what the sandbox raises."""
     if not action.ephemeral:
-        return _run_steps(sandbox, action, units, cpus, default_timeout_s)
+        return _run_steps(sandbox, action, units, cpus, default_timeout_s, malleable)
     with one_request(sandbox, action.trajectory_id):
-        return _run_steps(sandbox, action, units, cpus, default_timeout_s)
+        return _run_steps(sandbox, action, units, cpus, default_timeout_s, malleable)
 
 
 def _run_steps(sandbox: SandboxBackend, action: Action, units: tuple[int, ...],
-               cpus: tuple[int, ...], default_timeout_s: float) -> Ran:
+               cpus: tuple[int, ...], default_timeout_s: float, malleable: bool | None) -> Ran:
     outcomes: list[ExecOutcome] = []
-    for spec in exec_specs(action, units, cpus, default_timeout_s):
+    for spec in exec_specs(action, units, cpus, default_timeout_s, malleable=malleable):
         outcome = sandbox.run(spec)
         outcomes.append(outcome)
         if outcome.timed_out or outcome.exit_code != 0:

@@ -23,6 +23,9 @@ no Docker API call when the node runs on the engine's host:
    (:func:`~tangram_celery.sandbox.parallelism.rewrite_parallelism`). It forwards the child's
    output as frames, kills its whole tree at ``timeout_s``, reaps it and reports its wait
    status, OOM kills, elapsed time and work-dir usage, then kills every process of the uid.
+   While a malleable test run goes on, the node may re-pin the container to more or fewer
+   cores (:meth:`~tangram_celery.sandbox.docker.DockerBackend.repin`) and asks the run to
+   grow or shrink through ``docker exec`` (:mod:`~tangram_celery.sandbox.docker.runs`).
 3. The node reads the stream with a deadline of ``timeout_s`` plus a grace, so a stuck container
    cannot hang the worker, and throttles the container back to 1% of a core.
 
@@ -58,6 +61,7 @@ The parts, each importing only those listed before it:
 - :mod:`~tangram_celery.sandbox.docker.engine`: connecting, the image, diagnosis
 - :mod:`~tangram_celery.sandbox.docker.cpu`: pinning a container's cores (cgroup files or API)
 - :mod:`~tangram_celery.sandbox.docker.link`: the node's end of a resident executor
+- :mod:`~tangram_celery.sandbox.docker.runs`: reaching a malleable test run in a container
 - :mod:`~tangram_celery.sandbox.docker.pool`: every container's life cycle (warm pool,
   trajectories, idle expiry, removal)
 - :mod:`~tangram_celery.sandbox.docker.backend`: the backend, its public interface and one

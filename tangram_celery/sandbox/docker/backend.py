@@ -12,6 +12,7 @@ import contextlib
 import time
 from concurrent.futures import CancelledError
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from tangram_celery.errors import (
@@ -26,6 +27,7 @@ from tangram_celery.sandbox.base import (
     MB,
     ExecOutcome,
     ExecSpec,
+    RunControl,
     SandboxLimits,
 )
 from tangram_celery.sandbox.docker.engine import (
@@ -40,6 +42,7 @@ from tangram_celery.sandbox.docker.options import seccomp_profile
 from tangram_celery.sandbox.docker.policy import WarmPoolPolicy
 from tangram_celery.sandbox.docker.pool import Box, ContainerPool, Env, mark_broken
 from tangram_celery.sandbox.docker.protocol import Broken, command_start, exit_status, units_of
+from tangram_celery.sandbox.docker.runs import exec_control
 from tangram_celery.sandbox.isolation import CGROUP, CPUSET, STRICT, TMPFS, Isolation
 from tangram_celery.sandbox.output import CappedBuffer
 from tangram_celery.sandbox.parallelism import rewrite_parallelism
@@ -72,7 +75,7 @@ class DockerBackend:
     """
 
     name = "docker"
-    repins = False
+    repins = True
     isolation = Isolation(STRICT, "docker", CPUSET, CGROUP, CGROUP, TMPFS)
 
     def __init__(
@@ -144,8 +147,33 @@ class DockerBackend:
 
     def repin(self, trajectory_id: str, cores: tuple[int, ...], new_cores: tuple[int, ...]
               ) -> bool:
-        """A container's cores are set once per action: a running action is never moved."""
-        return False
+        """Move the running action of ``trajectory_id`` pinned to ``cores`` onto ``new_cores``
+        (its container's cpuset and CFS quota: it leaves the other cores at once). False,
+        changing nothing, when no such action runs now or the engine refuses."""
+        to = tuple(sorted(set(new_cores)))
+        env = self._pool.get(trajectory_id)
+        if env is None or not to or not set(to) <= self.available_cores:
+            return False
+        with env.pin_lock:
+            box = env.box
+            if box is None or env.pinned != tuple(sorted(set(cores))):
+                return False
+            try:
+                box.cpu.pin(to)
+            except (Broken, SandboxSpecError):
+                return False
+            env.pinned = to
+            return True
+
+    def run_control(self, trajectory_id: str, name: str) -> RunControl | None:
+        """The control of the malleable run listening at ``name`` in the work dir of
+        ``trajectory_id``'s running action, one ``docker exec`` per request (None: no action
+        of the trajectory runs now)."""
+        env = self._pool.get(trajectory_id)
+        box = None if env is None else env.box
+        if env is None or box is None or env.pinned is None:
+            return None
+        return partial(exec_control, box.container, box.uid, f"{INSIDE_WORKDIR}/{name}")
 
     def end_trajectory(self, trajectory_id: str) -> None:
         """Remove the trajectory's container (killing a running action); idempotent."""
@@ -215,7 +243,9 @@ class DockerBackend:
         box = env.box
         if box is None:
             raise Broken("the trajectory has no container")
-        box.cpu.pin(spec.cores)
+        with env.pin_lock:
+            box.cpu.pin(spec.cores)
+            env.pinned = tuple(sorted(set(spec.cores)))
         command = rewrite_parallelism(spec.command, max(units_of(spec), 1))
         stdin = None if spec.stdin is None else spec.stdin.encode("utf-8", "surrogateescape")
         request = Request(argv=[SH, "-c", command], env=sandbox_env(spec, BASE_ENV),
@@ -241,6 +271,8 @@ class DockerBackend:
 
     def _after(self, env: Env, box: Box) -> None:
         """Hand the cores back: throttle the container (in the background through the API)."""
+        with env.pin_lock:
+            env.pinned = None
         if box.cpu.kind == "api":
             env.settle = self._pool.background.submit(self._settle, env, box)
         else:

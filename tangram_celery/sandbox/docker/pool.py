@@ -77,6 +77,9 @@ class Env:
     ended: bool = False
     exceeded: bool = False
     settle: Future[None] | None = None
+    pinned: tuple[int, ...] | None = None
+    """The cores of the action running now (None between actions), guarded by ``pin_lock``."""
+    pin_lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 def mark_broken(env: Env, reason: str) -> None:
@@ -160,6 +163,11 @@ class ContainerPool:
                 )
             env.active += 1
             return env
+
+    def get(self, trajectory_id: str) -> Env | None:
+        """The trajectory's environment (None: it holds none)."""
+        with self.lock:
+            return self._envs.get(trajectory_id)
 
     def leave(self, env: Env) -> None:
         """An action of ``env`` is over: it is idle from now on, unless another runs."""

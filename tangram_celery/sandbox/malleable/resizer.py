@@ -1,67 +1,59 @@
 """The node's side of one malleable action in a sandbox: its cores and its workers change
-together, the cpuset first when it grows and at once when it shrinks."""
+together, the cpuset first both when it grows and when it shrinks."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tangram_celery.sandbox.base import SandboxBackend
-from tangram_celery.sandbox.malleable.control import resize
+from tangram_celery.sandbox.base import RunControl, SandboxBackend
 
 
 class CoreResizer:
     """Grows and shrinks the malleable run of ``trajectory_id``'s running action, pinned to
-    ``cores``, whose control socket is ``control`` (a path on the node, in the work dir)."""
+    ``cores``, which ``control`` reaches (its control socket in the work dir)."""
 
     def __init__(self, backend: SandboxBackend, trajectory_id: str, cores: tuple[int, ...],
-                 control: str) -> None:
+                 control: RunControl, timeout_s: float = 10.0) -> None:
         self.backend = backend
         self.trajectory_id = trajectory_id
         self.cores = tuple(cores)
         self.control = control
+        self.timeout_s = timeout_s
+
+    def ask(self, operation: str) -> dict[str, Any]:
+        """The run's answer to ``operation`` (empty when it did not answer)."""
+        try:
+            return self.control(operation, self.timeout_s)
+        except (OSError, ValueError):
+            return {}
 
     def grow(self, core: int) -> bool:
         """Add ``core`` to the action's cpuset, then a worker to the run; False, changing
         nothing, when either refuses."""
         wider = (*self.cores, core)
-        if not self.backend.repin(self.trajectory_id, self.cores, wider):
+        if not self._repin(wider):
             return False
-        answer: dict[str, Any] = {}
-        try:
-            answer = resize(self.control, "grow")
-        except OSError:
-            answer = {}
-        if not answer.get("ok"):
-            self.backend.repin(self.trajectory_id, wider, self.cores)
+        if not self.ask("grow").get("ok"):
+            self._repin(self.cores[:-1])
             return False
-        self.cores = wider
         return True
 
-    def shrink(self) -> int | None:
-        """Retire one worker (after its current test) and take the action's last core back at
-        once, from the cpuset; the core given back, or None when the run keeps all it has."""
-        try:
-            answer = resize(self.control, "shrink")
-        except OSError:
-            return None
-        if not answer.get("ok") or len(self.cores) < 2:
-            return None
-        narrower = self.cores[:-1]
-        if not self.backend.repin(self.trajectory_id, self.cores, narrower):
-            return None
-        released = self.cores[-1]
-        self.cores = narrower
-        return released
-
-    def release(self) -> int | None:
-        """Take the action's last core back without asking the run, for a core none of its
-        workers will take a test on (they drained the queue); the core, or None when the
-        cpuset keeps all it has."""
+    def take(self) -> int | None:
+        """Take the action's last core back at once, by narrowing its cpuset (the run's
+        workers keep running on the cores left); the core, or None when the cpuset keeps all
+        it has. Then :meth:`retire` a worker."""
         if len(self.cores) < 2:
             return None
-        narrower = self.cores[:-1]
-        if not self.backend.repin(self.trajectory_id, self.cores, narrower):
-            return None
         released = self.cores[-1]
-        self.cores = narrower
-        return released
+        return released if self._repin(self.cores[:-1]) else None
+
+    def retire(self) -> bool:
+        """Ask the run to retire one worker after its current test (a worker not yet working
+        is stopped at once); whether it agreed."""
+        return bool(self.ask("shrink").get("ok"))
+
+    def _repin(self, cores: tuple[int, ...]) -> bool:
+        if not self.backend.repin(self.trajectory_id, self.cores, cores):
+            return False
+        self.cores = cores
+        return True

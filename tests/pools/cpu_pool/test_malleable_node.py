@@ -1,8 +1,9 @@
 """A real CPU node (real Redis, a real worker process, bubblewrap with cgroups) resizes its
-malleable test runs while they run (``TANGRAM_MALLEABLE_RESIZE=1``): a run admitted on one core
-grows when another action's core frees up, and an exec action arriving while a run holds every
-core starts on a core taken back from it. The order comes from gate files in the work dirs and
-the run's own log; nothing is timed."""
+malleable test runs while they run (``TANGRAM_MALLEABLE_RESIZE``, on by default, for elastic
+pytest actions that say nothing of it): a run admitted on one core grows when another action's
+core frees up, and an exec action arriving while a run holds every core starts on a core taken
+back from it. The order comes from gate files in the work dirs and the run's own log; nothing
+is timed."""
 
 from __future__ import annotations
 
@@ -32,8 +33,8 @@ pytestmark = pytest.mark.slow
 
 CpuWorkers = Callable[..., list[str]]
 WAIT_S = 120.0
-RESIZING = {"TANGRAM_SCHEDULER": "fcfs-min", "TANGRAM_MALLEABLE_RESIZE": "1",
-            "TANGRAM_MALLEABLE_START_S": "0.1"}
+RESIZING = {"TANGRAM_SCHEDULER": "fcfs-min", "TANGRAM_MALLEABLE_START_S": "0.1"}
+"""Resizing is on by default: the runs below say nothing of it."""
 
 SUITE = '''
 import os, pathlib, time, pytest
@@ -105,13 +106,13 @@ def log_lines(log: Path) -> list[tuple[str, str, str]]:
 
 
 def malleable_run(trajectory_id: str, work_waits: bool = True) -> Any:
-    """A run of seven tests: the first waits for the run's gate, and so do the others when
+    """An elastic pytest action of seven tests (the node makes it a malleable run: it says
+    nothing of it): the first waits for the run's gate, and so do the others when
     ``work_waits``."""
     files = {"suite/test_resize.py": SUITE, **({"suite/work-waits": ""} if work_waits else {})}
     return test_run_action(
         trajectory_id, "python3 -m pytest -q -p no:cacheprovider suite", cpu=(1, 2),
-        elasticity="linear", t1=60.0, signature="resize-suite",
-        payload={"malleable": True, "files": files})
+        elasticity="linear", t1=60.0, signature="resize-suite", payload={"files": files})
 
 
 def check_verdict(result: Any) -> None:

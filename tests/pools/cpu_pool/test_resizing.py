@@ -82,3 +82,42 @@ def test_a_run_that_refused_to_grow_is_not_offered_cores() -> None:
     run.grows = False
     view = run_view(run, {"tests": 10, "done": 2, "queued": 6}, 0.0)
     assert view.spare_tests == 0 and view.done == 9
+
+
+RESIZED = [
+    # name, command, payload extras, cpu, learned single-core seconds, resized
+    ("elastic pytest, never seen", "python3 -m pytest -q tests", {}, (1, 4), None, True),
+    ("elastic pytest, long enough", "pytest tests", {}, (1, 4), 2.0, True),
+    ("elastic pytest, too short for a second worker", "pytest tests", {}, (1, 4), 1.5, False),
+    ("asked, though short", "pytest tests", {"malleable": True}, (1, 4), 0.1, True),
+    ("opted out", "pytest tests", {"malleable": False}, (1, 4), None, False),
+    ("rigid cores", "pytest tests", {}, 2, None, False),
+    ("rigid but asked", "pytest tests", {"malleable": True}, 2, None, True),
+    ("not pytest", "python3 solve.py", {}, (1, 4), None, False),
+    ("not pytest, asked", "python3 solve.py", {"malleable": True}, (1, 4), None, False),
+    ("files to fetch", "pytest tests", {"fetch": ["out.txt"]}, (1, 4), None, False),
+]
+
+
+@pytest.mark.parametrize(("name", "cmd", "extra", "cpu", "single", "expected"), RESIZED,
+                         ids=[r[0] for r in RESIZED])
+def test_which_actions_a_resizing_node_makes_malleable(
+        name: str, cmd: str, extra: dict[str, Any], cpu: Any, single: float | None,
+        expected: bool) -> None:
+    from tangram_celery.client import test_run_action
+    from tangram_celery.pools.cpu_pool.resizing import resized_run
+    from tangram_celery.scheduling.malleable import node_config
+
+    action = test_run_action("t", cmd, cpu=cpu, payload=extra)
+    assert resized_run(action, single, node_config(1.0, "equi")) is expected
+
+
+def test_steps_are_never_resized() -> None:
+    from tangram_celery.action import parse_action
+    from tangram_celery.pools.cpu_pool.resizing import resized_run
+    from tangram_celery.scheduling.malleable import node_config
+
+    action = parse_action({"id": "a", "trajectory_id": "t", "kind": "test_run",
+                           "cost": {"cpu": [1, 4]},
+                           "payload": {"steps": [{"cmd": "pytest tests"}]}})
+    assert not resized_run(action, None, node_config(1.0, "equi"))

@@ -10,7 +10,7 @@ from tangram_bench import install_hint, missing_requirements
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``tangram bench <argv>``: ``overhead``, ``costs``, ``malleable`` or one of
+    """Run ``tangram bench <argv>``: ``overhead``, ``costs``, ``malleable``, ``takeback`` or one of
     :mod:`tangram_bench.suite`'s workloads; exits 2 with what to install when the bench extra
     is missing."""
     given = list(sys.argv[1:] if argv is None else argv)
@@ -23,6 +23,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tangram_bench.malleable import main as malleable_main
 
         return malleable_main(given[1:])
+    if given[:1] == ["takeback"]:
+        from tangram_bench.takeback import main as takeback_main
+
+        return takeback_main(given[1:])
     if given[:1] == ["costs"]:
         from tangram_bench.costs_bench import main as costs_main
 

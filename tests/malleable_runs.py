@@ -78,3 +78,40 @@ def suite_dir(name: str, version: str) -> Path:
 def import_root(suite: Path) -> Path:
     """The directory the suite's package imports from (``src/`` when it has one)."""
     return suite / "src" if (suite / "src").is_dir() else suite
+
+
+def gated_suite(log: str, gate: str, tests: int, waits: str, *, deadline_s: int = 120,
+                head: str = "", tail: str = "") -> str:
+    """A pytest module that orders a malleable run by files, never by timing: ``test_00_gate``
+    records itself and waits for the gate, then ``tests`` parametrized ``test_work`` record
+    themselves and wait for the gate where ``waits`` (a condition on ``i``) holds, then run
+    ``tail`` (indented body lines). A record is a line ``PID NAME CORES`` in the log, CORES the
+    cores the test may run on. ``log`` and ``gate`` are Python expressions of their paths;
+    ``head`` is module code before the tests."""
+    return f'''
+import os, pathlib, time, pytest
+LOG = pathlib.Path({log})
+GATE = pathlib.Path({gate})
+{head}
+
+def record(name):
+    cores = ",".join(map(str, sorted(os.sched_getaffinity(0))))
+    with LOG.open("a") as log:
+        log.write(f"{{os.getpid()}} {{name}} {{cores}}\\n")
+
+def wait_for_the_gate():
+    deadline = time.monotonic() + {deadline_s}
+    while not GATE.exists():
+        assert time.monotonic() < deadline, "the gate never opened"
+        time.sleep(0.02)
+
+def test_00_gate():
+    record("gate")
+    wait_for_the_gate()
+
+@pytest.mark.parametrize("i", range({tests}))
+def test_work(i):
+    record(f"work{{i}}")
+    if {waits}:
+        wait_for_the_gate()
+{tail}'''

@@ -13,38 +13,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from malleable_runs import ROOT, malleable_args, pytest_run, verdict_of
+from malleable_runs import ROOT, gated_suite, malleable_args, pytest_run, verdict_of
 
 from tangram_celery.sandbox.malleable import resize
 
 pytestmark = pytest.mark.slow
 
-SUITE = '''
-import os, pathlib, time, pytest
-LOG = pathlib.Path(os.environ["MALLEABLE_LOG"])
-GATE = pathlib.Path(os.environ["MALLEABLE_GATE"])
-
-def record(name):
-    with LOG.open("a") as log:
-        log.write(f"{os.getpid()} {name}\\n")
-
-def wait_for_the_gate():
-    deadline = time.monotonic() + 120
-    while not GATE.exists():
-        assert time.monotonic() < deadline, "the gate never opened"
-        time.sleep(0.02)
-
-def test_00_gate():
-    record("gate")
-    wait_for_the_gate()
-
-@pytest.mark.parametrize("i", range(16))
-def test_work(i):
-    record(f"work{i}")
-    if i >= 4:
-        wait_for_the_gate()
-    time.sleep(0.05)
-'''
+SUITE = gated_suite('os.environ["MALLEABLE_LOG"]', 'os.environ["MALLEABLE_GATE"]', 16, "i >= 4",
+                    tail="    time.sleep(0.05)\n")
 WAIT_S = 120.0
 
 
@@ -56,7 +32,7 @@ def wait_until(check: Callable[[], bool], what: str) -> None:
 
 
 def lines(log: Path) -> list[list[str]]:
-    return [line.split() for line in log.read_text().splitlines()] if log.exists() else []
+    return [line.split()[:2] for line in log.read_text().splitlines()] if log.exists() else []
 
 
 @pytest.fixture()

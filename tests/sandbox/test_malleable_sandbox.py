@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import Run, _host_pids_with
-from malleable_runs import ROOT, malleable_args, verdict_of
+from malleable_runs import ROOT, gated_suite, malleable_args, verdict_of
 from test_malleable import MIXED
 from test_malleable_resize import SUITE, lines, wait_until
 
@@ -82,32 +82,7 @@ def test_the_node_grows_a_sandboxed_run_through_its_work_dir(
     assert outcome.exit_code == 0
 
 
-AFFINITY_SUITE = '''
-import os, pathlib, time, pytest
-LOG = pathlib.Path("/work/log")
-GATE = pathlib.Path("/work/gate")
-
-def record(name):
-    cores = ",".join(map(str, sorted(os.sched_getaffinity(0))))
-    with LOG.open("a") as log:
-        log.write(f"{os.getpid()} {name} {cores}\\n")
-
-def wait_for_the_gate():
-    deadline = time.monotonic() + 60
-    while not GATE.exists():
-        assert time.monotonic() < deadline, "the gate never opened"
-        time.sleep(0.02)
-
-def test_00_gate():
-    record("gate")
-    wait_for_the_gate()
-
-@pytest.mark.parametrize("i", range(12))
-def test_work(i):
-    record(f"work{i}")
-    if i >= 4:
-        wait_for_the_gate()
-'''
+AFFINITY_SUITE = gated_suite('"/work/log"', '"/work/gate"', 12, "i >= 4", deadline_s=60)
 
 
 def records(log: Path) -> list[tuple[str, str, frozenset[int]]]:

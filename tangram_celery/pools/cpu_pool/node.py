@@ -198,10 +198,10 @@ class CpuNode:
             timings.exec_started = ran.outcomes[0].started_at
             timings.exec_finished = outcome.finished_at
             timings.exec_s, timings.setup_s = ran.exec_s, ran.outcomes[0].setup_s
-            resized = self.malleable is not None and self.malleable.remove(action.id)
-            if action.signature and not outcome.timed_out \
-                    and not self.loans.lent_ever(action.id) and not resized:
-                self._learn(signature_of(action), len(cores), outcome.exec_s)
+            units = len(cores) if self.malleable is None \
+                else self.malleable.ended(action.id, len(cores))
+            if action.signature and not outcome.timed_out and not self.loans.lent_ever(action.id):
+                self._learn(signature_of(action), units, outcome.exec_s)
         finally:
             if self.malleable is not None:
                 self.malleable.remove(action.id)

@@ -80,6 +80,10 @@ class Tracked:
     resized: bool = False
     grows: bool = True
     resizer: CoreResizer | None = None
+    began: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.began = self.began or self.since
 
     def held_core_s(self, now: float) -> float:
         """Core-seconds held up to ``now``."""
@@ -173,12 +177,21 @@ class MalleableRuns:
                                            expected_core_s, time.time())
         self.poke()
 
-    def remove(self, action_id: str) -> bool:
-        """The run ended (no step resizes it from now on); whether it was ever resized."""
+    def remove(self, action_id: str) -> None:
+        """The run ended (no step resizes it from now on); idempotent."""
+        self.ended(action_id, 0)
+
+    def ended(self, action_id: str, units: int) -> int:
+        """The run ended (no step resizes it from now on): the whole number of cores it held on
+        average since its admission when it was resized (what its duration is learned at),
+        else ``units``."""
         with self._lock:
             tracked = self.runs.pop(action_id, None)
         self.poke()
-        return tracked is not None and tracked.resized
+        if tracked is None or not tracked.resized:
+            return units
+        now = time.time()
+        return max(1, round(tracked.held_core_s(now) / max(now - tracked.began, 1e-9)))
 
     def step(self) -> ResizeDecision | None:
         """Ask every run its state, decide, and resize; the decision (None: no run answered)."""

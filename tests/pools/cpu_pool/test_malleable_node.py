@@ -18,11 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
+from malleable_runs import gated_suite
 from test_core_loans import check_exclusive
 
+from tangram_celery import keys
 from tangram_celery.client import TangramClient, command_action, test_run_action
 from tangram_celery.pools.conversion import MALLEABLE_CONTROL
 from tangram_celery.pools.cpu_pool import CpuNode
+from tangram_celery.pools.duration_sharing import parse_entry
 from tangram_celery.pools.registry import Registry
 from tangram_celery.sandbox import SandboxLimits
 from tangram_celery.sandbox.bwrap import BwrapBackend
@@ -36,34 +40,9 @@ WAIT_S = 120.0
 RESIZING = {"TANGRAM_SCHEDULER": "fcfs-min", "TANGRAM_MALLEABLE_START_S": "0.1"}
 """Resizing is on by default: the runs below say nothing of it."""
 
-SUITE = '''
-import os, pathlib, time, pytest
-LOG = pathlib.Path("/work/run-log")
-GATE = pathlib.Path("/work/run-gate")
-WORK_WAITS = pathlib.Path("/work/suite/work-waits").exists()
-
-def record(name):
-    cores = ",".join(map(str, sorted(os.sched_getaffinity(0))))
-    with LOG.open("a") as log:
-        log.write(f"{os.getpid()} {name} {cores}\\n")
-
-def wait_for_the_gate():
-    deadline = time.monotonic() + 240
-    while not GATE.exists():
-        assert time.monotonic() < deadline, "the gate never opened"
-        time.sleep(0.02)
-
-def test_00_gate():
-    record("gate")
-    wait_for_the_gate()
-
-@pytest.mark.parametrize("i", range(6))
-def test_work(i):
-    record(f"work{i}")
-    if WORK_WAITS:
-        wait_for_the_gate()
-    assert i != 5, "the one failing test"
-'''
+SUITE = gated_suite('"/work/run-log"', '"/work/run-gate"', 6, "WORK_WAITS", deadline_s=240,
+                    head='WORK_WAITS = pathlib.Path("/work/suite/work-waits").exists()',
+                    tail='    assert i != 5, "the one failing test"\n')
 BLOCKER = ("python3 -c \"import pathlib, time\n"
            "pathlib.Path('/work/blocker-started').touch()\n"
            "deadline = time.monotonic() + 240\n"
@@ -130,6 +109,7 @@ def allocations(registry: Registry, node: str) -> list[dict[str, Any]]:
 
 def test_a_run_on_one_core_grows_when_another_actions_core_frees_up(
         settings: Settings, cpu_workers: CpuWorkers, registry: Registry, cpuset: None,
+        redis_client: redis.Redis,
 ) -> None:
     cpu_workers({"ml-grow": 2}, **RESIZING)
     root = settings.sandbox.root
@@ -154,6 +134,13 @@ def test_a_run_on_one_core_grows_when_another_actions_core_frees_up(
     assert len(second[0].split(",")) == 2, "the new worker runs on the grown cpuset"
     held = [r for r in allocations(registry, "ml-grow") if r["action_id"] == result.action_id]
     assert max(len(r["units"]) for r in held) == 2, held
+    stream: Any = redis_client.xrange(keys.duration_log())
+    learned = [parse_entry(fields) for _, fields in stream]
+    runs = [(entry[2], entry[3]) for entry in learned
+            if entry is not None and entry[1][1] == "resize-suite"]
+    assert len(runs) == 1 and runs[0][0] in (1, 2), ("the resized run is learned at the cores "
+                                                     "it held on average", runs)
+    assert runs[0][1] == pytest.approx(result.timings.exec_s, rel=1e-3)
 
 
 def test_an_exec_action_takes_a_core_back_from_a_run_holding_every_core(

@@ -7,7 +7,9 @@ elastic pytest actions, unless they say ``"malleable": false`` or are known to b
 (:func:`resized_run`). At every event (an action
 waits in the gate, is admitted or ends) and every ``TANGRAM_MALLEABLE_TICK_S`` (the runs'
 progress), one step asks each run its state through its control socket, hands the plain data
-to :func:`tangram_celery.scheduling.malleable.decide_resize` and carries out the decision:
+to :func:`tangram_celery.scheduling.malleable.decide_resize` and carries out the decision. A
+step for an action that waits decides on the runs' last answers instead, so the action never
+waits for their round trips:
 
 * **shrink**, for the waiting actions: the run's cpuset narrows at once
   (:class:`~tangram_celery.sandbox.malleable.CoreResizer`), the core goes back to the gate,
@@ -81,6 +83,7 @@ class Tracked:
     grows: bool = True
     resizer: CoreResizer | None = None
     began: float = 0.0
+    status: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.began = self.began or self.since
@@ -193,13 +196,18 @@ class MalleableRuns:
         now = time.time()
         return max(1, round(tracked.held_core_s(now) / max(now - tracked.began, 1e-9)))
 
-    def step(self) -> ResizeDecision | None:
-        """Ask every run its state, decide, and resize; the decision (None: no run answered)."""
+    def step(self, fresh: bool = True) -> ResizeDecision | None:
+        """Decide and resize; the decision (None: no run answered). ``fresh``: ask every run
+        its state first; else decide on the last answers (when every run gave one), so that an
+        action that waits for a core is not kept waiting for the runs' round trips (cores then
+        only go to it)."""
         with self._lock:
-            statuses = self._statuses()
-            for action_id, status in statuses.items():
-                self._give_back_idle(self.runs[action_id], idle_cores(self.runs[action_id],
-                                                                     status))
+            fresh = fresh or any(t.status is None for t in self.runs.values())
+            statuses = self._statuses() if fresh else self._last_statuses()
+            if fresh:
+                for action_id, status in statuses.items():
+                    self._give_back_idle(self.runs[action_id],
+                                         idle_cores(self.runs[action_id], status))
             now = time.time()
             views = {a: run_view(self.runs[a], s, now) for a, s in statuses.items()}
             if not views:
@@ -207,21 +215,22 @@ class MalleableRuns:
             decision = decide_resize(resize_inputs(
                 len(self.admission.free_units()), list(views.values()),
                 self.admission.waiting_requests()), self.config)
-            for action_id, count in decision.shrink.items():
-                self._shrink(self.runs[action_id], count)
-            if not self.admission.waiting_requests():
+            taken = {a: self._take(self.runs[a], n) for a, n in decision.shrink.items()}
+            if fresh and not self.admission.waiting_requests():
                 for action_id, count in decision.grow.items():
                     self._grow(self.runs[action_id], count)
+            for action_id, count in taken.items():
+                self._retire(self.runs[action_id], count)
             return decision
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self._wake.wait(self.tick_s)
+            poked = self._wake.wait(self.tick_s)
             self._wake.clear()
             if self._stop.is_set():
                 return
             try:
-                self.step()
+                self.step(fresh=not (poked and self.admission.waiting_requests()))
             except Exception:  # a failed step must not end the thread
                 log.warning("a malleable resize step failed", exc_info=True)
 
@@ -236,7 +245,12 @@ class MalleableRuns:
                 statuses[tracked.action_id] = resizer.control("status", STATUS_TIMEOUT_S)
             except (OSError, ValueError):
                 continue
+            tracked.status = statuses[tracked.action_id]
         return statuses
+
+    def _last_statuses(self) -> dict[str, dict[str, Any]]:
+        """Each run's last ``status`` answer (runs that never answered left out)."""
+        return {a: t.status for a, t in self.runs.items() if t.status is not None}
 
     def _resizer(self, tracked: Tracked) -> CoreResizer | None:
         if tracked.resizer is None:
@@ -256,18 +270,22 @@ class MalleableRuns:
                 return
             self._change(tracked, tracked.units[:-1])
 
-    def _shrink(self, tracked: Tracked, count: int) -> None:
-        """Take ``count`` cores back at once (each goes to the gate, which admits a waiter on
-        it), then ask the run to retire as many workers."""
+    def _take(self, tracked: Tracked, count: int) -> int:
+        """Take up to ``count`` cores back at once, each to the gate, which admits a waiter
+        on it; how many it took."""
         resizer = tracked.resizer
         assert resizer is not None
-        taken = 0
-        for _ in range(count):
+        for taken in range(count):
             if resizer.take() is None:
-                break
+                return taken
             self._change(tracked, tracked.units[:-1])
-            taken += 1
-        for _ in range(taken):
+        return count
+
+    def _retire(self, tracked: Tracked, count: int) -> None:
+        """Ask the run to retire ``count`` workers, for the cores taken from it."""
+        resizer = tracked.resizer
+        assert resizer is not None
+        for _ in range(count):
             resizer.retire()
 
     def _grow(self, tracked: Tracked, count: int) -> None:

@@ -51,7 +51,7 @@ class MalleableKnobs:
     """The costs of resizing a test run, and the policy's weighting (see :data:`SOURCES`)."""
 
     worker_start_s: float = 0.75
-    takeback_s: float = 0.002
+    takeback_s: float = 0.0003
     tests: int = 1000
     weighting: Weighting = "absolute"
     reserve_s: float = 0.0
@@ -76,8 +76,9 @@ SOURCES: dict[str, str] = {
         "on real suites; 0.75 s, the middle (`--grow-cost`)"),
     "takeback_s": (
         "seconds before a core taken back from a test run is free for the action it is taken "
-        "for (the shrink's round trip): measured 1-3 ms by the same command; 2 ms "
-        "(`--takeback`)"),
+        "for (the node narrows the run's cpuset first, then asks it to retire a worker): "
+        "`tangram bench takeback --cycles 20` measured medians of 0.25-0.30 ms on bubblewrap "
+        "and Docker; 0.3 ms (`--takeback`)"),
     "reserve_s": (
         "cores kept free for the actions that are not test runs: as many as arrived per second "
         "over the last `window_s` times this; 0: none (`--reserve`)"),

@@ -8,14 +8,13 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import docker_engine
 import pytest
-from test_malleable_node import malleable_run
+from test_malleable_node import WAIT_S, malleable_run, wait_for
 
 from tangram_celery.client import command_action
 from tangram_celery.pools.cpu_pool import CpuNode
@@ -26,7 +25,6 @@ from tangram_celery.settings import Settings
 
 pytestmark = pytest.mark.slow
 
-WAIT_S = 120.0
 
 
 @pytest.fixture(scope="module")
@@ -39,14 +37,6 @@ def docker() -> Iterator[DockerBackend]:
             yield backend
         finally:
             backend.close()
-
-
-def until(check: Callable[[], Any], what: str) -> Any:
-    deadline = time.monotonic() + WAIT_S
-    while not (found := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-    return found
 
 
 def in_container(backend: DockerBackend, tid: str, script: str) -> str:
@@ -71,13 +61,13 @@ def test_a_docker_node_takes_a_core_from_a_run_for_an_exec_action_and_gives_it_b
     try:
         with ThreadPoolExecutor(max_workers=2) as pool:
             running = pool.submit(node.execute, malleable_run(run_tid).to_json(), time.time())
-            until(lambda: len({line.split()[0] for line in in_container(
+            wait_for(lambda: len({line.split()[0] for line in in_container(
                 docker, run_tid, "cat /work/run-log 2>/dev/null").splitlines()}) == 2,
                 "the run's two workers, one per core")
             exec_result = pool.submit(node.execute, command_action(
                 exec_tid, "echo took-a-core").to_json(), time.time()).result(WAIT_S)
             assert not in_container(docker, run_tid, "ls /work/run-gate 2>/dev/null")
-            until(lambda: len({line.split()[0] for line in in_container(
+            wait_for(lambda: len({line.split()[0] for line in in_container(
                 docker, run_tid, "cat /work/run-log").splitlines()}) >= 3,
                 "a new worker on the core the exec action gave back")
             in_container(docker, run_tid, "touch /work/run-gate")
